@@ -1,0 +1,29 @@
+# Two commands for a fresh machine with python3 and pip:  make demo   and   make test
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt setup.py | cksum | cut -d' ' -f1)
+PYTEST_ARGS ?=
+
+.PHONY: setup data demo test clean
+
+$(STAMP): requirements.txt setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	$(PY) -m pip install --disable-pip-version-check -q --no-deps -e .
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+data: $(STAMP)
+	$(PY) tools/get_data.py movielens
+
+demo: data
+	$(PY) tools/train.py -c configs/movielens_dense.yaml
+
+test: data
+	$(PY) -m pytest -q $(PYTEST_ARGS) tests
+
+clean:
+	rm -rf $(VENV) output .pytest_cache

@@ -1,0 +1,147 @@
+"""Experiment configs: one YAML per experiment, ``-o a.b=c`` overrides, validated before any work."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from .nn.registry import check_embedding_section
+from .schema import ConfigError, Option, check_section
+
+OPTIMIZERS = ("adam", "adagrad", "sgd", "momentum", "rmsprop")
+
+SCHEMA: dict[str, dict[str, Any]] = {
+    "data": {
+        "name": Option("movielens", str, choices=("movielens", "synthetic", "csv"), doc="which data set"),
+        "cache_dir": Option(None, str, nullable=True, doc="where fetched data is unpacked"),
+        "split": Option([0.8, 0.1, 0.1], list, item_kind=float, low=0.0, high=1.0,
+                        doc="train / valid / test fractions"),
+        "seed": Option(2024, int, low=0, doc="seed of the split"),
+        "synthetic": {
+            "num_samples": Option(200_000, int, low=10),
+            "num_fields": Option(8, int, low=1),
+            "rows_per_field": Option(100_000, int, low=2),
+            "zipf_alpha": Option(1.05, float, low=0.0),
+            "seed": Option(7, int, low=0),
+        },
+        "csv": {
+            "path": Option(None, str, nullable=True, doc="CSV file with a header row"),
+            "label": Option("label", str, doc="label column (0/1)"),
+            "fields": Option({}, dict, doc="column name -> vocabulary size"),
+            "multi_value_separator": Option("|", str),
+        },
+    },
+    "model": {
+        "name": Option("deepfm", str, choices=("deepfm",)),
+        "hidden_units": Option([256, 128], list, item_kind=int, low=1),
+        "dropout": Option(0.0, float, low=0.0, high=0.95),
+        "first_order": Option(True, bool, doc="per-id first-order weights (tables of dim 1)"),
+        "fm": Option(True, bool, doc="factorisation-machine pairwise term"),
+        "pooling": Option("mean", str, choices=("mean", "sum"), doc="pooling of multi-valued fields"),
+    },
+    "embedding": {},  # validated by the registry: common keys plus the chosen type's own
+    "train": {
+        "epochs": Option(3, int, low=1),
+        "batch_size": Option(512, int, low=1),
+        "optimizer": Option("adam", str, choices=OPTIMIZERS),
+        "learning_rate": Option(0.001, float, low=0.0),
+        "embedding_learning_rate": Option(None, float, low=0.0, nullable=True,
+                                          doc="learning rate of embedding tables (default: learning_rate)"),
+        "seed": Option(2024, int, low=0),
+        "num_threads": Option(2, int, low=1, doc="CPU math threads"),
+        "device": Option("auto", str, choices=("auto", "cpu", "gpu")),
+        "output_dir": Option("output/default", str),
+        "resume": Option(False, (bool, str), doc="true: last checkpoint in output_dir; or a path"),
+        "checkpoint_every_steps": Option(0, int, low=0, doc="0: only at epoch ends"),
+        "log_every_steps": Option(50, int, low=1),
+        "amp": {
+            "enable": Option(False, bool),
+            "level": Option("O1", str, choices=("O1", "O2")),
+            "dtype": Option("float16", str, choices=("float16", "bfloat16")),
+        },
+    },
+}
+
+
+def validate(raw: dict[str, Any]) -> dict[str, Any]:
+    """Return a complete config (defaults filled) or raise ConfigError naming the bad key."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"a config must be a mapping of sections ({', '.join(SCHEMA)}), got {type(raw).__name__}")
+    unknown = [k for k in raw if k not in SCHEMA]
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown section; allowed sections: {', '.join(SCHEMA)}")
+    optimizer = (raw.get("train") or {}).get("optimizer") if isinstance(raw.get("train"), dict) else None
+    if isinstance(optimizer, str) and optimizer.lower() == "adamw":
+        raise ConfigError("train.optimizer = 'adamw' is refused: Paddle 2.6.2's AdamW aborts the process on "
+                          "sparse embedding gradients; use 'adam' (lazy mode, row-wise) or another of "
+                          + ", ".join(repr(o) for o in OPTIMIZERS))
+    config = {}
+    for section, options in SCHEMA.items():
+        if section == "embedding":
+            config[section] = check_embedding_section(section, raw.get(section))
+        else:
+            config[section] = check_section(section, raw.get(section), options)
+    split = config["data"]["split"]
+    if len(split) != 3 or abs(sum(split) - 1.0) > 1e-6 or min(split) <= 0:
+        raise ConfigError(f"data.split = {split} must be three positive fractions that add up to 1")
+    if config["data"]["name"] == "csv":
+        csv = config["data"]["csv"]
+        if not csv["path"]:
+            raise ConfigError("data.csv.path = null: data.name 'csv' needs the path of a CSV file")
+        for name, size in csv["fields"].items():
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ConfigError(f"data.csv.fields.{name} = {size!r} must be a vocabulary size >= 1")
+        if not csv["fields"]:
+            raise ConfigError("data.csv.fields = {}: name at least one id column and its vocabulary size")
+    return config
+
+
+def apply_override(raw: dict[str, Any], text: str) -> None:
+    """Apply one ``a.b.c=value`` override; the value is parsed as YAML (so 3 is an int, [1,2] a list)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key.path=value")
+    path, value_text = text.split("=", 1)
+    keys = path.strip().split(".")
+    if not all(keys):
+        raise ConfigError(f"override {text!r}: the key path {path!r} has an empty part")
+    try:
+        value = yaml.safe_load(value_text) if value_text.strip() else None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {text!r}: the value is not valid YAML ({exc.problem})") from None
+    node = raw
+    for depth, key in enumerate(keys[:-1]):
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {text!r}: {'.'.join(keys[:depth + 1])} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = (),
+                base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Read a YAML experiment (or start from ``base``), apply overrides, validate."""
+    raw: dict[str, Any] = copy.deepcopy(base) if base else {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(loaded).__name__}")
+        raw.update(loaded or {})
+    for text in overrides:
+        apply_override(raw, text)
+    try:
+        return validate(raw)
+    except ConfigError as exc:
+        where = f"{path}: " if path is not None else ""
+        raise ConfigError(f"{where}{exc}") from None
+
+
+def dump_config(config: dict[str, Any]) -> str:
+    return yaml.safe_dump(config, sort_keys=False, allow_unicode=True)

@@ -1,0 +1,125 @@
+"""Categorical CTR data in memory: fields, id columns, labels; seeded splits; batches via paddle.io."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import paddle
+
+
+class DataError(ValueError):
+    """Bad data: the message names the file or field and the bad value."""
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One categorical field. Id 0 is padding (multi-valued) or unknown; real ids are 1..vocab_size-1."""
+
+    name: str
+    vocab_size: int
+    max_len: int = 1  # > 1: multi-valued, ids padded with 0 to max_len
+
+    @property
+    def multi_valued(self) -> bool:
+        return self.max_len > 1
+
+
+@dataclass
+class CTRTable:
+    """Id columns (int64, [N] or [N, max_len]) per field and 0/1 labels (float32, [N])."""
+
+    fields: list[FieldSpec]
+    ids: dict[str, np.ndarray]
+    labels: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = len(self.labels)
+        for field in self.fields:
+            column = self.ids[field.name]
+            expected = (n, field.max_len) if field.multi_valued else (n,)
+            if column.shape != expected:
+                raise DataError(f"field {field.name!r}: ids of shape {column.shape}, expected {expected}")
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def take(self, index: np.ndarray) -> "CTRTable":
+        return CTRTable(self.fields, {k: v[index] for k, v in self.ids.items()}, self.labels[index])
+
+    def validate(self, source: str) -> None:
+        """Refuse ids outside [0, vocab_size) with a message naming source, field, row and value."""
+        for field in self.fields:
+            column = self.ids[field.name]
+            bad = np.flatnonzero(((column < 0) | (column >= field.vocab_size)).reshape(len(column), -1).any(1))
+            if bad.size:
+                row = int(bad[0])
+                values = np.atleast_1d(column[row])
+                value = int(values[(values < 0) | (values >= field.vocab_size)][0])
+                raise DataError(f"{source}: row {row}, field {field.name!r}: id {value} is out of range "
+                                f"[0, {field.vocab_size})")
+
+
+@dataclass
+class Splits:
+    train: CTRTable
+    valid: CTRTable
+    test: CTRTable
+
+    @property
+    def fields(self) -> list[FieldSpec]:
+        return self.train.fields
+
+
+def split_table(table: CTRTable, fractions: list[float], seed: int) -> Splits:
+    """A seeded random train / valid / test split."""
+    order = np.random.default_rng(seed).permutation(len(table))
+    n_train = int(round(fractions[0] * len(table)))
+    n_valid = int(round(fractions[1] * len(table)))
+    return Splits(table.take(order[:n_train]), table.take(order[n_train:n_train + n_valid]),
+                  table.take(order[n_train + n_valid:]))
+
+
+def count_frequencies(table: CTRTable) -> dict[str, np.ndarray]:
+    """How often each id of each field occurs (padding 0 of multi-valued fields not counted)."""
+    counts = {}
+    for field in table.fields:
+        ids = table.ids[field.name].ravel()
+        if field.multi_valued:
+            ids = ids[ids != 0]
+        counts[field.name] = np.bincount(ids, minlength=field.vocab_size).astype(np.int64)
+    return counts
+
+
+class CTRBatches(paddle.io.IterableDataset):
+    """Yields whole batches (dicts of numpy arrays); the order depends only on (seed, epoch)."""
+
+    def __init__(self, table: CTRTable, batch_size: int, shuffle: bool, seed: int = 0,
+                 drop_last: bool = False) -> None:
+        super().__init__()
+        self.table = table
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.epoch = 0
+        self.skip_batches = 0
+
+    def __len__(self) -> int:
+        n = len(self.table)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        n = len(self.table)
+        order = (np.random.default_rng([self.seed, self.epoch]).permutation(n) if self.shuffle
+                 else np.arange(n))
+        for b in range(self.skip_batches, len(self)):
+            index = order[b * self.batch_size:(b + 1) * self.batch_size]
+            batch = {name: column[index] for name, column in self.table.ids.items()}
+            batch["label"] = self.table.labels[index]
+            yield batch
+
+
+def make_loader(batches: CTRBatches) -> paddle.io.DataLoader:
+    """Stream already-batched arrays through paddle.io (conversion to tensors, no re-batching)."""
+    return paddle.io.DataLoader(batches, batch_size=None, num_workers=0)

@@ -1,0 +1,259 @@
+"""Dygraph training and evaluation: seeded, resumable from atomic checkpoints, with callbacks."""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+from paddle.base.unique_name import UniqueNameGenerator
+from paddle.utils import unique_name
+
+from . import runtime
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .config import dump_config
+from .data import CTRBatches, CTRTable, load_dataset, make_loader
+from .memory import embedding_layers, memory_report
+from .metrics import auc, logloss
+from .models import build_model
+from .progress import ProgressBar
+
+logger = logging.getLogger("paddle_edo")
+
+# Config sections a checkpoint must agree with to be resumed: they fix the model's shape and the data.
+_CHECKPOINT_SECTIONS = ("data", "model", "embedding")
+EVAL_BATCH_SIZE = 8192
+
+
+class Callback:
+    """Hooks the engine calls; monitors subclass this and override what they need."""
+
+    def on_train_begin(self, engine: "Engine") -> None: ...
+
+    def on_step_end(self, engine: "Engine", step: int, logs: dict[str, float]) -> None: ...
+
+    def on_epoch_end(self, engine: "Engine", epoch: int, logs: dict[str, float]) -> None: ...
+
+    def on_train_end(self, engine: "Engine", logs: dict[str, float]) -> None: ...
+
+
+def build_optimizer(config: dict[str, Any], model: paddle.nn.Layer) -> paddle.optimizer.Optimizer:
+    """The optimizer ``train`` names; embedding tables may get their own learning rate."""
+    train = config["train"]
+    lr = train["learning_rate"]
+    table_params = [p for _, layer in embedding_layers(model) for p in layer.parameters()]
+    table_ids = {id(p) for p in table_params}
+    other_params = [p for p in model.parameters() if id(p) not in table_ids]
+    table_lr = train["embedding_learning_rate"]
+    ratio = 1.0 if table_lr is None or lr == 0 else table_lr / lr
+    groups = [g for g in ({"params": table_params, "learning_rate": ratio}, {"params": other_params})
+              if g["params"]]
+    name = train["optimizer"]
+    if name == "adam":  # lazy: rows outside the batch keep their values, as sparse gradients intend
+        return paddle.optimizer.Adam(lr, parameters=groups, lazy_mode=True)
+    if name == "adagrad":
+        return paddle.optimizer.Adagrad(lr, parameters=groups)
+    if name == "sgd":
+        return paddle.optimizer.SGD(lr, parameters=groups)
+    if name == "momentum":
+        return paddle.optimizer.Momentum(lr, parameters=groups)
+    return paddle.optimizer.RMSProp(lr, parameters=groups)
+
+
+class Engine:
+    """Builds data, model and optimizer from a validated config, then trains and evaluates."""
+
+    def __init__(self, config: dict[str, Any], callbacks: Sequence[Callback] = ()) -> None:
+        self.config = config
+        train = config["train"]
+        self.callbacks = list(callbacks)
+        self.output_dir = Path(train["output_dir"])
+        self.device = runtime.select_device(train["device"])
+        runtime.set_num_threads(train["num_threads"])
+        runtime.seed_everything(train["seed"])
+        self.splits = load_dataset(config["data"])
+        self.fields = self.splits.fields
+        # Parameter and optimizer-state names come from this engine's own generator, so they are the
+        # same in every run of the experiment and a checkpoint's optimizer state loads by name.
+        self._names = UniqueNameGenerator()
+        with unique_name.guard(self._names):
+            self.model = build_model(self.fields, config)
+            self.optimizer = build_optimizer(config, self.model)
+        amp = train["amp"]
+        self.amp = runtime.amp_enabled(amp["enable"], self.device)
+        self.amp_level, self.amp_dtype = amp["level"], amp["dtype"]
+        self.scaler = None
+        if self.amp:
+            if self.amp_level == "O2":
+                self.model, self.optimizer = paddle.amp.decorate(self.model, self.optimizer, level="O2",
+                                                                 dtype=self.amp_dtype)
+            if self.amp_dtype == "float16":
+                self.scaler = paddle.amp.GradScaler()
+        self.train_batches = CTRBatches(self.splits.train, train["batch_size"], shuffle=True, seed=train["seed"])
+        self.epoch = 0           # epochs finished
+        self.step_in_epoch = 0   # steps finished in the current epoch
+        self.global_step = 0
+        self.history: list[dict[str, float]] = []
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.output_dir / "checkpoints" / "last.pdckpt"
+
+    # ----------------------------------------------------------------- state
+    def state(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "epoch": self.epoch, "step_in_epoch": self.step_in_epoch, "global_step": self.global_step,
+                "rng": paddle.get_rng_state(), "history": self.history,
+                "config": {k: self.config[k] for k in _CHECKPOINT_SECTIONS}}
+
+    def save(self, path: str | Path | None = None) -> Path:
+        return save_checkpoint(self.state(), path or self.checkpoint_path)
+
+    def load(self, path: str | Path) -> None:
+        """Restore model, optimizer, position and random state from a checkpoint of the same experiment."""
+        state = load_checkpoint(path)
+        saved = state.get("config", {})
+        for section in _CHECKPOINT_SECTIONS:
+            if saved.get(section) != self.config[section]:
+                diff = _first_difference(section, saved.get(section), self.config[section])
+                raise CheckpointError(f"checkpoint {path} was made with another {section} config ({diff}); "
+                                      f"resume it with the config it was trained with")
+        self.model.set_state_dict(state["model"])
+        self.optimizer.set_state_dict(state["optimizer"])
+        self.epoch, self.step_in_epoch = state["epoch"], state["step_in_epoch"]
+        self.global_step, self.history = state["global_step"], list(state["history"])
+        paddle.set_rng_state(state["rng"])
+
+    # ----------------------------------------------------------------- train
+    def fit(self) -> dict[str, float]:
+        """Train for train.epochs (resuming if asked), then evaluate on the test split."""
+        train = self.config["train"]
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        handler = _attach_log_file(self.output_dir / "train.log")
+        try:
+            with unique_name.guard(self._names):
+                return self._run(train)
+        finally:
+            logger.removeHandler(handler)
+            handler.close()
+
+    def _run(self, train: dict[str, Any]) -> dict[str, float]:
+        (self.output_dir / "config.yaml").write_text(dump_config(self.config), encoding="utf-8")
+        self._maybe_resume(train["resume"])
+        for cb in self.callbacks:
+            cb.on_train_begin(self)
+        start = time.perf_counter()
+        while self.epoch < train["epochs"]:
+            logs = self._train_epoch()
+            logs.update({f"valid_{k}": v for k, v in self.evaluate("valid").items()})
+            self.epoch += 1
+            self.step_in_epoch = 0
+            logs["epoch"] = self.epoch
+            self.history.append(logs)
+            logger.info("epoch %d/%d  loss %.4f  valid auc %.4f  valid logloss %.4f", self.epoch,
+                        train["epochs"], logs["loss"], logs["valid_auc"], logs["valid_logloss"])
+            self.save()
+            for cb in self.callbacks:
+                cb.on_epoch_end(self, self.epoch, logs)
+        results = {f"test_{k}": v for k, v in self.evaluate("test").items()}
+        results["train_seconds"] = time.perf_counter() - start
+        for cb in self.callbacks:
+            cb.on_train_end(self, results)
+        return results
+
+    def _maybe_resume(self, resume: bool | str) -> None:
+        if resume is False or resume == "":
+            return
+        path = self.checkpoint_path if resume is True else Path(resume)
+        if resume is True and not path.exists():
+            logger.info("train.resume: no checkpoint at %s yet; starting from scratch", path)
+            return
+        self.load(path)
+        logger.info("resumed from %s at epoch %d, step %d", path, self.epoch, self.step_in_epoch)
+
+    def _train_epoch(self) -> dict[str, float]:
+        train = self.config["train"]
+        self.model.train()
+        batches = self.train_batches
+        batches.epoch, batches.skip_batches = self.epoch, self.step_in_epoch
+        bar = ProgressBar(len(batches), desc=f"epoch {self.epoch + 1}/{train['epochs']}",
+                          every=train["log_every_steps"])
+        bar.steps = self.step_in_epoch
+        losses = []
+        for batch in make_loader(batches):
+            loss = self._train_step(batch)
+            losses.append(loss)
+            self.step_in_epoch += 1
+            self.global_step += 1
+            bar.update(len(batch["label"]), loss=loss)
+            logs = {"loss": loss}
+            for cb in self.callbacks:
+                cb.on_step_end(self, self.global_step, logs)
+            every = train["checkpoint_every_steps"]
+            if every and self.global_step % every == 0 and self.step_in_epoch < len(batches):
+                self.save()
+        return {"loss": float(np.mean(losses)) if losses else float("nan")}
+
+    def _train_step(self, batch: dict[str, paddle.Tensor]) -> float:
+        ids = [batch[f.name] for f in self.fields]
+        with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
+            logits = self.model(*ids)
+            loss = F.binary_cross_entropy_with_logits(logits.astype("float32"), batch["label"])
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+        self.optimizer.clear_grad()
+        return float(loss)
+
+    # ------------------------------------------------------------------ eval
+    @paddle.no_grad()
+    def predict(self, table: CTRTable) -> np.ndarray:
+        """Click probabilities for every row of the table, in order."""
+        self.model.eval()
+        out = []
+        for batch in make_loader(CTRBatches(table, EVAL_BATCH_SIZE, shuffle=False)):
+            with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
+                logits = self.model(*[batch[f.name] for f in self.fields])
+            out.append(F.sigmoid(logits.astype("float32")).numpy())
+        self.model.train()
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+
+    def evaluate(self, split: str = "test") -> dict[str, float]:
+        table: CTRTable = getattr(self.splits, split)
+        probabilities = self.predict(table)
+        return {"auc": auc(table.labels, probabilities), "logloss": logloss(table.labels, probabilities)}
+
+    def memory_report(self):
+        return memory_report(self.model)
+
+
+def _first_difference(path: str, old: Any, new: Any) -> str:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new), key=str):
+            if old.get(key) != new.get(key):
+                return _first_difference(f"{path}.{key}", old.get(key), new.get(key))
+    return f"{path} was {old!r}, now {new!r}"
+
+
+def _attach_log_file(path: Path) -> logging.Handler:
+    """Log to the run's own train.log (and to stdout once per process)."""
+    log = logging.getLogger("paddle_edo")
+    log.setLevel(logging.INFO)
+    if not any(getattr(h, "_paddle_edo_console", False) for h in log.handlers):
+        console = logging.StreamHandler(sys.stdout)
+        console.setFormatter(logging.Formatter("%(message)s"))
+        console._paddle_edo_console = True
+        log.addHandler(console)
+        log.propagate = False
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    return handler

@@ -1,0 +1,6 @@
+"""Embedding layers; each is a paddle.nn.Layer registered under a config name."""
+from .base import EmbeddingBase
+from .registry import EMBEDDINGS, build_embedding, register_embedding
+from .dense import DenseEmbedding
+
+__all__ = ["EmbeddingBase", "DenseEmbedding", "EMBEDDINGS", "build_embedding", "register_embedding"]

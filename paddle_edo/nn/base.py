@@ -1,0 +1,84 @@
+"""What every paddle_edo embedding layer shares: id checks, sparse gradients by default, bytes held."""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import paddle
+
+from ..schema import Option
+
+ID_DTYPES = (paddle.int32, paddle.int64)
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int32": 4, "int64": 8}
+
+
+def dtype_name(dtype: Any) -> str:
+    """'float32' for paddle.float32 and numpy's float32 alike."""
+    return str(dtype).split(".")[-1].lower()
+
+
+class EmbeddingBase(paddle.nn.Layer):
+    """Base of every embedding layer in paddle_edo.
+
+    Subclasses implement ``lookup(ids)`` and ``estimated_bytes()``; the base checks ids (dtype always,
+    range in dynamic graph, where values are known) and carries the metadata the memory report reads.
+    """
+
+    registry_name: ClassVar[str] = ""
+    config_options: ClassVar[dict[str, Option]] = {}
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
+                 sparse: bool = True, check_ids: bool = True) -> None:
+        super().__init__()
+        name = type(self).__name__
+        for arg, value in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name}: {arg} = {value!r} must be an integer >= 1")
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise ValueError(f"{name}: padding_idx = {padding_idx} must be in "
+                                 f"[{-num_embeddings}, {num_embeddings}) or None")
+            padding_idx = padding_idx % num_embeddings
+        self.num_embeddings = int(num_embeddings)
+        self.embedding_dim = int(embedding_dim)
+        self.padding_idx = padding_idx
+        self.sparse = bool(sparse)
+        self.check_ids_enabled = bool(check_ids)
+
+    @classmethod
+    def from_config(cls, num_embeddings: int, options: dict[str, Any], padding_idx: int | None = None
+                    ) -> "EmbeddingBase":
+        """Build from a validated ``embedding`` config section (type and dim already read)."""
+        kwargs = {k: options[k] for k in cls.config_options}
+        return cls(num_embeddings, options["dim"], padding_idx=padding_idx, sparse=options["sparse"], **kwargs)
+
+    @property
+    def storage_dtype(self) -> str:
+        """How a table element is stored, as the memory report shows it."""
+        raise NotImplementedError
+
+    def estimated_bytes(self) -> int:
+        """Bytes the layer holds, by formula (rows x dim x bytes per element + what else it stores)."""
+        raise NotImplementedError
+
+    def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
+        raise NotImplementedError
+
+    def forward(self, ids: paddle.Tensor) -> paddle.Tensor:
+        self.check_ids(ids)
+        return self.lookup(ids)
+
+    def check_ids(self, ids: paddle.Tensor) -> None:
+        """Refuse float ids always, and ids out of [0, num_embeddings) when values are known."""
+        if ids.dtype not in ID_DTYPES:
+            raise TypeError(f"{self.full_name()}: ids must be int32 or int64, got {dtype_name(ids.dtype)}")
+        if self.check_ids_enabled and paddle.in_dynamic_mode() and ids.size > 0:
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0 or high >= self.num_embeddings:
+                bad = low if low < 0 else high
+                raise IndexError(f"{self.full_name()}: id {bad} is out of range [0, {self.num_embeddings})")
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}, "
+                f"sparse={self.sparse}, dtype={self.storage_dtype}")

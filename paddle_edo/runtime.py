@@ -1,0 +1,50 @@
+"""Where and how computation runs: device chosen at run time, CPU threads, seeds, AMP availability."""
+from __future__ import annotations
+
+import random
+import warnings
+
+import numpy as np
+import paddle
+
+
+def gpu_available() -> bool:
+    return paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+
+
+def select_device(preference: str = "auto") -> str:
+    """'gpu:0' when asked for (or 'auto') and present, else 'cpu'; sets it as Paddle's device."""
+    if preference not in ("auto", "cpu", "gpu"):
+        raise ValueError(f"train.device = {preference!r}; expected 'auto', 'cpu' or 'gpu'")
+    if preference == "gpu" and not gpu_available():
+        raise RuntimeError("train.device = 'gpu' but this Paddle build sees no GPU "
+                           "(install paddlepaddle-gpu==2.6.2 on a CUDA machine, or use train.device=auto)")
+    device = "gpu:0" if preference != "cpu" and gpu_available() else "cpu"
+    paddle.set_device(device)
+    return device
+
+
+def set_num_threads(n: int) -> None:
+    """CPU math threads. ``import paddle`` pins OMP_NUM_THREADS to 1 when unset; this sets them after import."""
+    paddle.base.core.set_num_threads(int(n))
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    paddle.seed(seed)
+
+
+_warned_amp = False
+
+
+def amp_enabled(requested: bool, device: str) -> bool:
+    """AMP only on a GPU: on CPU paddle.amp does nothing, so say so once and run in fp32."""
+    global _warned_amp
+    if requested and not device.startswith("gpu"):
+        if not _warned_amp:
+            warnings.warn("train.amp.enable = true needs a GPU; this run is on the CPU and stays in fp32",
+                          RuntimeWarning, stacklevel=2)
+            _warned_amp = True
+        return False
+    return requested

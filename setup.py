@@ -1,0 +1,27 @@
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+setup(
+    name="paddle_edo",
+    version="0.1.0",
+    description="PaddlePaddle embedding tables that cost less memory: quantized, shared, cached, monitored",
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["paddle_edo", "paddle_edo.*"]),
+    python_requires=">=3.8",
+    # Paddle itself is an extra: the CPU and GPU builds are different packages that must not both install.
+    install_requires=[
+        "numpy<2",
+        "protobuf<5",  # protobuf 5+ breaks fleet.DistributedStrategy
+        "PyYAML>=5.4",
+        "visualdl==2.5.3",
+        "jieba==0.42.1",
+    ],
+    extras_require={
+        "cpu": ["paddlepaddle==2.6.2"],
+        "gpu": ["paddlepaddle-gpu==2.6.2"],
+        "test": ["pytest>=7"],
+        "nlp": ["paddlenlp==2.8.1", "huggingface_hub<0.26", "aistudio-sdk<0.2", "datasets<3", "pyarrow<18"],
+    },
+)

@@ -1,0 +1,36 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("GLOG_minloglevel", "2")
+
+
+def small_synthetic_config(output_dir, **train):
+    """A config that trains in seconds on planted synthetic data."""
+    from paddle_edo.config import load_config
+
+    overrides = {
+        "data": {"name": "synthetic",
+                 "synthetic": {"num_samples": 12000, "num_fields": 4, "rows_per_field": 500, "seed": 3}},
+        "model": {"hidden_units": [16]},
+        "embedding": {"type": "dense", "dim": 8},
+        "train": {"epochs": 2, "batch_size": 256, "learning_rate": 0.01, "num_threads": 1,
+                  "output_dir": str(output_dir), "log_every_steps": 1000, **train},
+    }
+    return load_config(base=overrides)
+
+
+@pytest.fixture
+def synthetic_config(tmp_path):
+    return lambda **train: small_synthetic_config(tmp_path / "run", **train)
+
+
+@pytest.fixture(scope="session")
+def movielens():
+    from paddle_edo.data import load_movielens
+
+    return load_movielens()

@@ -1,0 +1,106 @@
+import pytest
+
+from paddle_edo.config import load_config, validate
+from paddle_edo.schema import ConfigError
+
+from conftest import ROOT
+
+CONFIG = ROOT / "configs" / "movielens_dense.yaml"
+
+
+def error_of(*overrides, path=CONFIG):
+    with pytest.raises(ConfigError) as info:
+        load_config(path, list(overrides))
+    return str(info.value)
+
+
+def test_every_shipped_config_validates():
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        config = load_config(path)
+        assert set(config) == {"data", "model", "embedding", "train"}
+
+
+def test_defaults_are_filled_and_overrides_are_typed_by_yaml():
+    config = load_config(CONFIG, ["train.epochs=1", "model.hidden_units=[8, 4]", "train.learning_rate=1e-2",
+                                  "embedding.type=dense", "train.resume=true"])
+    assert config["train"]["epochs"] == 1
+    assert config["model"]["hidden_units"] == [8, 4]
+    assert config["train"]["learning_rate"] == pytest.approx(0.01)
+    assert config["train"]["resume"] is True
+    assert config["train"]["amp"] == {"enable": False, "level": "O1", "dtype": "float16"}
+    assert config["embedding"] == {"type": "dense", "dim": 16, "sparse": True, "init_std": 0.01}
+
+
+def test_integer_given_for_a_float_is_widened():
+    assert load_config(CONFIG, ["train.learning_rate=1"])["train"]["learning_rate"] == 1.0
+
+
+def test_unknown_key_names_the_path_and_the_allowed_keys():
+    message = error_of("train.epochz=3")
+    assert "train.epochz" in message and "unknown key" in message and "epochs" in message
+    assert str(CONFIG) in message
+
+
+def test_unknown_section():
+    assert "trainer: unknown section" in error_of("trainer.epochs=3")
+
+
+def test_wrong_type_names_key_value_and_type():
+    message = error_of("train.epochs=abc")
+    assert "train.epochs = 'abc'" in message and "an integer" in message
+
+
+def test_out_of_range_value():
+    message = error_of("train.learning_rate=-0.5")
+    assert "train.learning_rate = -0.5" in message and ">= 0.0" in message
+
+
+def test_choice_lists_the_allowed_values():
+    message = error_of("train.device=tpu")
+    assert "train.device = 'tpu'" in message and "'cpu'" in message and "'gpu'" in message
+
+
+def test_list_items_are_checked():
+    assert "model.hidden_units" in error_of("model.hidden_units=[8, 0]")
+    assert "item of the wrong type" in error_of("model.hidden_units=[8, x]")
+
+
+def test_embedding_type_comes_from_the_registry():
+    message = error_of("embedding.type=nonesuch")
+    assert "embedding.type = 'nonesuch'" in message and "'dense'" in message
+
+
+def test_embedding_keys_depend_on_the_type():
+    message = error_of("embedding.dtype=int8")
+    assert "embedding.dtype: unknown key" in message and "init_std" in message
+
+
+def test_adamw_is_refused_with_the_reason():
+    message = error_of("train.optimizer=adamw")
+    assert "adamw" in message and "sparse" in message and "'adam'" in message
+
+
+def test_split_must_add_up_to_one():
+    assert "data.split" in error_of("data.split=[0.5, 0.1, 0.1]")
+
+
+def test_csv_data_needs_a_path_and_fields():
+    assert "data.csv.path" in error_of("data.name=csv")
+    assert "data.csv.fields.user = 0" in error_of("data.name=csv", "data.csv.path=x.csv", "data.csv.fields={user: 0}")
+
+
+def test_missing_file_and_malformed_overrides(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    assert "must look like key.path=value" in error_of("train.epochs")
+    assert "empty part" in error_of("train..epochs=1")
+    assert "is not a section" in error_of("train.epochs.x=1")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+
+
+def test_validate_rejects_a_non_mapping():
+    with pytest.raises(ConfigError, match="mapping"):
+        validate([1, 2])

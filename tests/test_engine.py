@@ -1,0 +1,160 @@
+import numpy as np
+import paddle
+import pytest
+
+import paddle_edo.checkpoint as checkpoint_module
+from paddle_edo.checkpoint import CheckpointError, load_checkpoint
+from paddle_edo.data import make_synthetic_ctr
+from paddle_edo.engine import Callback, Engine, build_optimizer
+from paddle_edo.metrics import auc
+from paddle_edo.nn import DenseEmbedding
+
+from conftest import small_synthetic_config
+
+
+def params(engine):
+    return {k: v.numpy().copy() for k, v in engine.model.state_dict().items()}
+
+
+def test_training_learns_the_planted_rule_and_writes_its_outputs(synthetic_config):
+    config = synthetic_config()
+    table, logit = make_synthetic_ctr(**config["data"]["synthetic"], return_logit=True)
+    best = auc(table.labels, logit)  # the planted rule itself
+    engine = Engine(config)
+    results = engine.fit()
+    assert results["test_auc"] > 0.5 + 0.6 * (best - 0.5)
+    assert engine.history[1]["loss"] < engine.history[0]["loss"]
+    out = engine.output_dir
+    assert (out / "checkpoints" / "last.pdckpt").is_file() and (out / "config.yaml").is_file()
+    assert "epoch 2/2" in (out / "train.log").read_text()
+    assert not list((out / "checkpoints").glob(".*tmp*"))
+
+
+def test_runs_are_repeatable(tmp_path):
+    a = Engine(small_synthetic_config(tmp_path / "a")).fit()
+    b = Engine(small_synthetic_config(tmp_path / "b")).fit()
+    assert a["test_auc"] == b["test_auc"] and a["test_logloss"] == b["test_logloss"]
+
+
+class StopAt(Callback):
+    """Interrupts a run after a given step, as a crash would."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, engine, step, logs):
+        if step == self.step:
+            raise KeyboardInterrupt
+
+
+# An epoch here has 38 steps; checkpoints every 10 steps and at epoch ends. The crash comes inside
+# step 60's callbacks, before that step's save.
+@pytest.mark.parametrize("stop_step,saved_step", [(21, 20), (41, 40), (60, 50)])
+def test_a_resumed_run_ends_exactly_like_an_uninterrupted_one(tmp_path, stop_step, saved_step):
+    full = Engine(small_synthetic_config(tmp_path / "full", checkpoint_every_steps=10))
+    expected = full.fit()
+    interrupted = Engine(small_synthetic_config(tmp_path / "run", checkpoint_every_steps=10),
+                         callbacks=[StopAt(stop_step)])
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.fit()
+    saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pdckpt")
+    assert saved["global_step"] == saved_step
+    resumed = Engine(small_synthetic_config(tmp_path / "run", checkpoint_every_steps=10, resume=True))
+    results = resumed.fit()
+    assert results["test_auc"] == expected["test_auc"]
+    assert results["test_logloss"] == expected["test_logloss"]
+    for key, value in params(full).items():
+        np.testing.assert_array_equal(params(resumed)[key], value, err_msg=key)
+
+
+def test_an_interrupted_save_keeps_the_last_good_checkpoint(synthetic_config, monkeypatch):
+    engine = Engine(synthetic_config(epochs=1))
+    engine.fit()
+    path = engine.checkpoint_path
+    before = path.read_bytes()
+
+    def broken_save(state, file):
+        with open(file, "wb") as f:
+            f.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint_module.paddle, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        engine.save()
+    assert path.read_bytes() == before
+    assert load_checkpoint(path)["epoch"] == 1
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.pdckpt"]
+
+
+def test_resuming_with_another_model_config_is_refused(tmp_path):
+    Engine(small_synthetic_config(tmp_path / "run", epochs=1)).fit()
+    config = small_synthetic_config(tmp_path / "run", epochs=2, resume=True)
+    config["embedding"]["dim"] = 4
+    with pytest.raises(CheckpointError, match=r"embedding.dim was 8, now 4"):
+        Engine(config).fit()
+
+
+def test_damaged_checkpoint_is_reported(tmp_path):
+    bad = tmp_path / "bad.pdckpt"
+    bad.write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        load_checkpoint(bad)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(tmp_path / "none")
+
+
+def test_callbacks_see_every_step_and_epoch(synthetic_config):
+    seen = {"steps": 0, "epochs": [], "begin": 0, "end": None}
+
+    class Recorder(Callback):
+        def on_train_begin(self, engine):
+            seen["begin"] += 1
+
+        def on_step_end(self, engine, step, logs):
+            seen["steps"] += 1
+            assert np.isfinite(logs["loss"])
+
+        def on_epoch_end(self, engine, epoch, logs):
+            seen["epochs"].append((epoch, round(logs["valid_auc"], 6)))
+
+        def on_train_end(self, engine, logs):
+            seen["end"] = logs
+
+    engine = Engine(synthetic_config(), callbacks=[Recorder()])
+    results = engine.fit()
+    assert seen["begin"] == 1 and seen["steps"] == 2 * len(engine.train_batches)
+    assert [e for e, _ in seen["epochs"]] == [1, 2] and seen["end"] is results
+
+
+def test_lazy_adam_leaves_rows_outside_the_batch_untouched(synthetic_config):
+    config = synthetic_config()
+    layer = DenseEmbedding(20, 4)
+    optimizer = build_optimizer(config, layer)
+    for ids in ([1, 2], [3]):  # after the first step rows 1, 2 have non-zero moments
+        before = layer.weight.numpy().copy()
+        layer(paddle.to_tensor(ids)).sum().backward()
+        optimizer.step()
+        optimizer.clear_grad()
+        changed = np.flatnonzero((layer.weight.numpy() != before).any(1)).tolist()
+        assert changed == ids
+
+
+def test_embedding_learning_rate_scales_only_the_tables(synthetic_config):
+    config = synthetic_config(optimizer="sgd", learning_rate=0.1, embedding_learning_rate=0.05)
+    model = paddle.nn.Sequential(DenseEmbedding(5, 2), paddle.nn.Linear(2, 1))
+    optimizer = build_optimizer(config, model)
+    table, linear = model[0].weight, model[1].weight
+    assert table.optimize_attr["learning_rate"] == 0.5 and linear.optimize_attr["learning_rate"] == 1.0
+    w0 = table.numpy().copy()
+    model[1](model[0](paddle.to_tensor([1]))).sum().backward()
+    grad = np.zeros_like(w0)
+    grad[1] = (model[1].weight.numpy().ravel())
+    optimizer.step()
+    np.testing.assert_allclose(table.numpy(), w0 - 0.05 * grad, rtol=1e-6)
+
+
+def test_amp_on_cpu_warns_and_trains_in_fp32(synthetic_config):
+    with pytest.warns(RuntimeWarning, match="needs a GPU"):
+        engine = Engine(synthetic_config(epochs=1, amp={"enable": True, "level": "O1", "dtype": "float16"}))
+    assert engine.amp is False
+    assert np.isfinite(engine.fit()["test_logloss"])

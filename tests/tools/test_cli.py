@@ -1,0 +1,65 @@
+"""The command-line tools, run as a user runs them."""
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+ENV = {**os.environ, "GLOG_minloglevel": "2"}
+
+
+def run(tool, *args, cwd=ROOT):
+    return subprocess.run([sys.executable, str(ROOT / "tools" / tool), *args], capture_output=True, text=True,
+                          cwd=cwd, env=ENV, timeout=600)
+
+
+def error_lines(result):
+    return [line for line in result.stderr.splitlines() if line.startswith("error:")]
+
+
+def test_bad_config_key_stops_before_any_work_with_one_line(tmp_path):
+    out = tmp_path / "out"
+    result = run("train.py", "-c", "configs/movielens_dense.yaml", "-o", "train.epochz=1",
+                 "-o", f"train.output_dir={out}")
+    assert result.returncode == 2
+    assert error_lines(result) == [result.stderr.strip().splitlines()[-1]]
+    assert "train.epochz: unknown key" in result.stderr
+    assert not out.exists()
+
+
+def test_missing_config_file(tmp_path):
+    result = run("train.py", "-c", str(tmp_path / "none.yaml"))
+    assert result.returncode == 2 and "does not exist" in error_lines(result)[0]
+
+
+def test_out_of_range_id_in_a_data_file_names_file_field_and_value(tmp_path):
+    data = tmp_path / "clicks.csv"
+    data.write_text("label,user,item\n1,1,2\n0,2,7\n")
+    out = tmp_path / "out"
+    result = run("train.py", "-c", "configs/movielens_dense.yaml", "-o", "data.name=csv",
+                 "-o", f"data.csv.path={data}", "-o", "data.csv.fields={user: 5, item: 5}",
+                 "-o", f"train.output_dir={out}")
+    assert result.returncode == 2
+    (line,) = error_lines(result)
+    assert str(data) in line and "field 'item'" in line and "id 7" in line
+    assert not out.exists()
+
+
+def test_train_then_eval_on_synthetic_csv_data(tmp_path):
+    data = tmp_path / "synthetic.csv"
+    made = run("get_data.py", "synthetic", "--out", str(data), "--num-samples", "6000", "--num-fields", "3",
+               "--rows-per-field", "300")
+    assert made.returncode == 0, made.stderr
+    out = tmp_path / "out"
+    args = ["-c", "configs/movielens_dense.yaml", "-o", "data.name=csv", "-o", f"data.csv.path={data}",
+            "-o", "data.csv.fields={f0: 300, f1: 300, f2: 300}", "-o", "train.epochs=2",
+            "-o", "model.hidden_units=[16]", "-o", f"train.output_dir={out}", "-o", "train.learning_rate=0.01"]
+    trained = run("train.py", *args)
+    assert trained.returncode == 0, trained.stderr
+    lines = trained.stdout.strip().splitlines()
+    assert lines[-2].startswith("test auc ") and lines[-1].startswith("test logloss ")
+    assert float(lines[-2].split()[-1]) > 0.6
+    assert "estimated" in trained.stdout and "embeddings.f0" in trained.stdout
+    evaluated = run("eval.py", *args)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert evaluated.stdout.strip().splitlines()[-2:] == lines[-2:]

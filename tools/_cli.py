@@ -1,0 +1,38 @@
+"""What the command-line tools share: one-line errors and the results table."""
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any, Iterator
+
+
+@contextlib.contextmanager
+def fail_cleanly() -> Iterator[None]:
+    """Turn the toolkit's input errors into one line on stderr and exit status 2."""
+    from paddle_edo.checkpoint import CheckpointError
+    from paddle_edo.data import DataError
+    from paddle_edo.schema import ConfigError
+
+    try:
+        yield
+    except (ConfigError, DataError, CheckpointError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def results_table(config: dict[str, Any], results: dict[str, float], report: Any) -> str:
+    from paddle_edo.memory import format_bytes
+
+    rows = [("experiment", f"{config['data']['name']} / {config['model']['name']} / "
+                           f"embedding {config['embedding']['type']} dim {config['embedding']['dim']}"),
+            ("test AUC", f"{results['test_auc']:.4f}"),
+            ("test logloss", f"{results['test_logloss']:.4f}"),
+            ("train time", f"{results['train_seconds']:.1f} s")]
+    for table in report.tables:
+        rows.append((f"memory {table.name}", f"{format_bytes(table.estimated_bytes)} estimated, "
+                                             f"{format_bytes(table.held_bytes)} held"))
+    rows.append(("memory total", f"{format_bytes(report.estimated_bytes)} estimated, "
+                                 f"{format_bytes(report.held_bytes)} held"))
+    width = max(len(k) for k, _ in rows)
+    line = "=" * (width + 2 + max(len(v) for _, v in rows))
+    return "\n".join([line, *(f"{k.ljust(width)}  {v}" for k, v in rows), line])

@@ -1,0 +1,35 @@
+"""Evaluate a trained experiment: python tools/eval.py -c configs/X.yaml [--checkpoint PATH] [--split test]"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tools._cli import fail_cleanly  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("-c", "--config", required=True)
+    parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--checkpoint", help="default: <train.output_dir>/checkpoints/last.pdckpt")
+    parser.add_argument("--split", default="test", choices=("train", "valid", "test"))
+    args = parser.parse_args(argv)
+    with fail_cleanly():
+        from paddle_edo import load_config
+        from paddle_edo.engine import Engine
+
+        engine = Engine(load_config(args.config, args.override))
+        engine.load(args.checkpoint or engine.checkpoint_path)
+        metrics = engine.evaluate(args.split)
+        print(f"{args.split} auc {metrics['auc']:.4f}")
+        print(f"{args.split} logloss {metrics['logloss']:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("GLOG_minloglevel", "2")
+    sys.exit(main())
