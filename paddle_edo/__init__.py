@@ -2,8 +2,9 @@
 from . import nn
 from .config import load_config
 from .memory import memory_report
+from .quant.convert import dequantize_model, quantize
 from .schema import ConfigError
 
 __version__ = "0.1.0"
 
-__all__ = ["ConfigError", "load_config", "memory_report", "nn", "__version__"]
+__all__ = ["ConfigError", "load_config", "dequantize_model", "memory_report", "nn", "quantize", "__version__"]

@@ -39,3 +39,26 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if not isinstance(state, dict) or "model" not in state:
         raise CheckpointError(f"checkpoint {path} is not a paddle_edo checkpoint (no 'model' entry)")
     return state
+
+
+def load_model_state(model: paddle.nn.Layer, state: dict[str, Any], source: str = "checkpoint") -> None:
+    """set_state_dict that refuses, instead of skipping with a warning, any key, shape or dtype mismatch."""
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"the model needs {missing[0]!r}" + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+        if unexpected:
+            parts.append(f"the checkpoint has {unexpected[0]!r}"
+                         + (f" and {len(unexpected) - 1} more" if len(unexpected) > 1 else ""))
+        raise CheckpointError(f"{source} does not fit the model: {'; '.join(parts)} "
+                              f"(a table of another type or dtype?)")
+    for key, tensor in expected.items():
+        value = state[key]
+        shape, dtype = list(value.shape), str(value.dtype).split(".")[-1]
+        if shape != list(tensor.shape) or dtype != str(tensor.dtype).split(".")[-1]:
+            raise CheckpointError(f"{source}: {key!r} is {dtype}{shape} in the checkpoint, but the model "
+                                  f"holds {str(tensor.dtype).split('.')[-1]}{list(tensor.shape)}")
+    model.set_state_dict(state)

@@ -7,7 +7,7 @@ from typing import Any, Iterable
 
 import yaml
 
-from .nn.registry import check_embedding_section
+from .nn.registry import check_embedding_section, embedding_class
 from .schema import ConfigError, Option, check_section
 
 OPTIMIZERS = ("adam", "adagrad", "sgd", "momentum", "rmsprop")
@@ -83,6 +83,7 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
             config[section] = check_embedding_section(section, raw.get(section))
         else:
             config[section] = check_section(section, raw.get(section), options)
+    embedding_class(config["embedding"]["type"]).check_config(config)
     split = config["data"]["split"]
     if len(split) != 3 or abs(sum(split) - 1.0) > 1e-6 or min(split) <= 0:
         raise ConfigError(f"data.split = {split} must be three positive fractions that add up to 1")

@@ -14,12 +14,14 @@ from paddle.base.unique_name import UniqueNameGenerator
 from paddle.utils import unique_name
 
 from . import runtime
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .checkpoint import CheckpointError, load_checkpoint, load_model_state, save_checkpoint
 from .config import dump_config
 from .data import CTRBatches, CTRTable, load_dataset, make_loader
 from .memory import embedding_layers, memory_report
 from .metrics import auc, logloss
 from .models import build_model
+from .nn.quantized import QuantizedEmbedding
+from .quant.convert import pack_trained, row_updated_tables
 from .progress import ProgressBar
 
 logger = logging.getLogger("paddle_edo")
@@ -83,6 +85,10 @@ class Engine:
         with unique_name.guard(self._names):
             self.model = build_model(self.fields, config)
             self.optimizer = build_optimizer(config, self.model)
+        self.table_learning_rate = train["embedding_learning_rate"] or train["learning_rate"]
+        self.row_tables = row_updated_tables(self.model)
+        for table in self.row_tables:
+            table.configure_row_optimizer(train["optimizer"])
         amp = train["amp"]
         self.amp = runtime.amp_enabled(amp["enable"], self.device)
         self.amp_level, self.amp_dtype = amp["level"], amp["dtype"]
@@ -122,7 +128,7 @@ class Engine:
                 diff = _first_difference(section, saved.get(section), self.config[section])
                 raise CheckpointError(f"checkpoint {path} was made with another {section} config ({diff}); "
                                       f"resume it with the config it was trained with")
-        self.model.set_state_dict(state["model"])
+        load_model_state(self.model, state["model"], str(path))
         self.optimizer.set_state_dict(state["optimizer"])
         self.epoch, self.step_in_epoch = state["epoch"], state["step_in_epoch"]
         self.global_step, self.history = state["global_step"], list(state["history"])
@@ -159,7 +165,11 @@ class Engine:
             self.save()
             for cb in self.callbacks:
                 cb.on_epoch_end(self, self.epoch, logs)
-        results = {f"test_{k}": v for k, v in self.evaluate("test").items()}
+        results = {}
+        if any(isinstance(layer, QuantizedEmbedding) and not layer.packed for layer in self.model.sublayers()):
+            results.update({f"test_{k}_before_packing": v for k, v in self.evaluate("test").items()})
+            logger.info("packed quantized tables for serving: %s", ", ".join(pack_trained(self.model)))
+        results.update({f"test_{k}": v for k, v in self.evaluate("test").items()})
         results["train_seconds"] = time.perf_counter() - start
         for cb in self.callbacks:
             cb.on_train_end(self, results)
@@ -210,6 +220,8 @@ class Engine:
         else:
             loss.backward()
             self.optimizer.step()
+        for table in self.row_tables:
+            table.apply_row_updates(self.table_learning_rate)
         self.optimizer.clear_grad()
         return float(loss)
 

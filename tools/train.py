@@ -23,10 +23,9 @@ def main(argv: list[str] | None = None) -> int:
 
         config = load_config(args.config, args.override)
         engine = Engine(config)
-        report = engine.memory_report()
-        print(report, flush=True)
+        print(engine.memory_report(), flush=True)
         results = engine.fit()
-        print(results_table(config, results, report))
+        print(results_table(config, results, engine.memory_report()))
         print(f"test auc {results['test_auc']:.4f}")
         print(f"test logloss {results['test_logloss']:.4f}")
     return 0

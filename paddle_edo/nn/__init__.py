@@ -2,5 +2,6 @@
 from .base import EmbeddingBase
 from .registry import EMBEDDINGS, build_embedding, register_embedding
 from .dense import DenseEmbedding
+from .quantized import QuantizedEmbedding
 
-__all__ = ["EmbeddingBase", "DenseEmbedding", "EMBEDDINGS", "build_embedding", "register_embedding"]
+__all__ = ["EmbeddingBase", "DenseEmbedding", "QuantizedEmbedding", "EMBEDDINGS", "build_embedding", "register_embedding"]

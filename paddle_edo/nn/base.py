@@ -53,6 +53,10 @@ class EmbeddingBase(paddle.nn.Layer):
         kwargs = {k: options[k] for k in cls.config_options}
         return cls(num_embeddings, options["dim"], padding_idx=padding_idx, sparse=options["sparse"], **kwargs)
 
+    @classmethod
+    def check_config(cls, config: dict[str, Any]) -> None:
+        """Refuse settings of other sections this layer cannot train with (raise ConfigError)."""
+
     @property
     def storage_dtype(self) -> str:
         """How a table element is stored, as the memory report shows it."""

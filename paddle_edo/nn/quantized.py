@@ -1,0 +1,260 @@
+"""QuantizedEmbedding: tables stored at fp16, bf16, int8/int4/int2 row-wise, ternary or binary."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+from ..quant import codecs
+from ..quant.formats import FORMATS, QuantFormat, get_format
+from ..schema import ConfigError, Option
+from .base import EmbeddingBase
+from .registry import register_embedding
+
+MODES = ("ptq", "qat", "low_precision")
+LOW_PRECISION_DTYPES = ("fp16", "bf16", "int8")
+ROW_OPTIMIZERS = ("sgd", "adagrad")
+ENCODE_CHUNK_ROWS = 1 << 16
+ADAGRAD_EPSILON = 1e-8
+
+
+@register_embedding("quantized")
+class QuantizedEmbedding(EmbeddingBase):
+    """An embedding table kept in a low-precision format; a lookup decodes only the rows asked for.
+
+    Storage (``packed``): fp16/bf16 tables as such; code formats as int8 bytes, ``ceil(dim * bits / 8)``
+    per row, plus fp16 row parameters (scale and bias for intN, 4 bytes; scale for ternary/binary, 2
+    bytes). The padding row decodes to exactly zero.
+
+    Modes:
+      - ``ptq``: trains an fp32 master table; ``pack()`` quantizes it after training.
+      - ``qat``: fp32 master table, lookups fake-quantized (straight-through gradient); ``pack()`` after.
+      - ``low_precision``: packed from the start, no fp32 master; each step's row gradients are applied
+        by the layer (``apply_row_updates``: SGD or row-wise Adagrad) and written back with stochastic
+        rounding, so small updates survive on average. fp16, bf16 and int8 only.
+    """
+
+    config_options = {
+        "dtype": Option("int8", str, choices=tuple(FORMATS), doc="storage format"),
+        "mode": Option("ptq", str, choices=MODES, doc="how the table trains"),
+        "init_std": Option(0.01, float, low=0.0, doc="std of the normal initialiser"),
+    }
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, dtype: str = "int8",
+                 padding_idx: int | None = None, sparse: bool = True, mode: str = "ptq", check_ids: bool = True,
+                 init_std: float = 0.01, weight: paddle.Tensor | None = None, packed: bool | None = None) -> None:
+        super().__init__(num_embeddings, embedding_dim, padding_idx, sparse, check_ids)
+        name = type(self).__name__
+        self.format: QuantFormat = get_format(dtype, f"{name}: dtype")
+        if mode not in MODES:
+            raise ValueError(f"{name}: mode = {mode!r} is not supported; supported: {', '.join(MODES)}")
+        if mode == "low_precision" and dtype not in LOW_PRECISION_DTYPES:
+            raise ValueError(f"{name}: mode 'low_precision' stores {', '.join(LOW_PRECISION_DTYPES)} tables; "
+                             f"dtype {dtype!r} needs mode 'qat' or 'ptq'")
+        self.mode = mode
+        self.init_std = init_std
+        self.row_optimizer: str | None = None
+        self._touched: list[tuple[paddle.Tensor, paddle.Tensor]] = []
+        if weight is not None and list(weight.shape) != [self.num_embeddings, self.embedding_dim]:
+            raise ValueError(f"{name}: weight of shape {list(weight.shape)}, expected "
+                             f"{[self.num_embeddings, self.embedding_dim]}")
+        self.packed = mode == "low_precision" if packed is None else packed
+        if self.packed:
+            self._store(weight)
+        else:
+            self.weight = self.create_parameter(
+                [self.num_embeddings, self.embedding_dim], dtype="float32",
+                default_initializer=paddle.nn.initializer.Normal(0.0, init_std))
+            with paddle.no_grad():
+                if weight is not None:
+                    self.weight.set_value(weight.astype("float32"))
+                if self.padding_idx is not None:
+                    self.weight[self.padding_idx] = 0.0
+
+    # ------------------------------------------------------------- storage
+    @property
+    def codes_name(self) -> str:
+        return f"{self.format.name}_codes"
+
+    @property
+    def params_name(self) -> str:
+        return f"{self.format.name}_row_params"
+
+    @property
+    def codes(self) -> paddle.Tensor:
+        return getattr(self, self.codes_name)
+
+    @property
+    def row_params(self) -> paddle.Tensor | None:
+        return getattr(self, self.params_name, None)
+
+    def _source_chunk(self, weight: paddle.Tensor | None, start: int, stop: int) -> paddle.Tensor:
+        if weight is None:
+            chunk = paddle.normal(0.0, self.init_std, [stop - start, self.embedding_dim])
+        else:
+            chunk = weight[start:stop].astype("float32")
+        if self.padding_idx is not None and start <= self.padding_idx < stop:
+            chunk[self.padding_idx - start] = 0.0
+        return chunk
+
+    def _store(self, weight: paddle.Tensor | None) -> None:
+        """Encode fp32 rows (or a fresh normal initialisation) chunk by chunk into packed buffers."""
+        if weight is not None:
+            check_quantizable(weight, self.format, self.full_name())
+        codes, params = [], []
+        with paddle.no_grad():
+            for start in range(0, self.num_embeddings, ENCODE_CHUNK_ROWS):
+                stop = min(start + ENCODE_CHUNK_ROWS, self.num_embeddings)
+                chunk_codes, chunk_params = codecs.encode(self._source_chunk(weight, start, stop), self.format)
+                codes.append(chunk_codes)
+                params.append(chunk_params)
+        self.register_buffer(self.codes_name, paddle.concat(codes) if len(codes) > 1 else codes[0])
+        if params[0] is not None:
+            self.register_buffer(self.params_name, paddle.concat(params) if len(params) > 1 else params[0])
+        self.packed = True
+
+    def pack(self) -> "QuantizedEmbedding":
+        """Quantize the fp32 master table into packed storage and drop the master (ptq / qat, after training)."""
+        if not self.packed:
+            weight = self.weight.detach()
+            del self._parameters["weight"]
+            self._store(weight)
+        return self
+
+    @property
+    def storage_dtype(self) -> str:
+        return self.format.name if self.packed else "float32"
+
+    def estimated_bytes(self) -> int:
+        if not self.packed:
+            return self.num_embeddings * self.embedding_dim * 4
+        state = self.num_embeddings * 4 if self.row_optimizer == "adagrad" else 0
+        return self.num_embeddings * self.format.row_bytes(self.embedding_dim) + state
+
+    # -------------------------------------------------------------- lookup
+    def _decode(self, ids: paddle.Tensor) -> paddle.Tensor:
+        codes = F.embedding(ids, self.codes)
+        params = None if self.row_params is None else F.embedding(ids, self.row_params)
+        return codecs.decode(codes, params, self.format, self.embedding_dim)
+
+    def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
+        if not self.packed:
+            rows = F.embedding(ids, self.weight, padding_idx=self.padding_idx, sparse=self.sparse)
+            return codecs.fake_quantize(rows, self.format) if self.mode == "qat" else rows
+        if self.mode == "low_precision" and self.training and paddle.in_dynamic_mode():
+            return self._lookup_for_update(ids)
+        return self._decode(ids)
+
+    def _lookup_for_update(self, ids: paddle.Tensor) -> paddle.Tensor:
+        """Decode each distinct row once as a leaf tensor whose gradient apply_row_updates reads."""
+        if self.row_optimizer is None:
+            raise RuntimeError(f"{self.full_name()}: call configure_row_optimizer('sgd' or 'adagrad') before "
+                               f"training a low_precision table")
+        unique, inverse = paddle.unique(ids.flatten(), return_inverse=True)
+        rows = self._decode(unique)
+        rows.stop_gradient = False
+        self._touched.append((unique, rows))
+        return F.embedding(inverse.reshape(ids.shape), rows)
+
+    # ------------------------------------------------------------ training
+    def configure_row_optimizer(self, name: str) -> None:
+        """Choose how low_precision rows are updated: 'sgd' or 'adagrad' (one fp32 state per row)."""
+        if name not in ROW_OPTIMIZERS:
+            raise ValueError(f"{self.full_name()}: low_precision tables update rows with "
+                             f"{' or '.join(ROW_OPTIMIZERS)}, not {name!r}")
+        self.row_optimizer = name
+        if name == "adagrad" and getattr(self, "row_sum_sq", None) is None:
+            self.register_buffer("row_sum_sq", paddle.zeros([self.num_embeddings], dtype="float32"))
+
+    @paddle.no_grad()
+    def apply_row_updates(self, learning_rate: float) -> None:
+        """Apply the row gradients of this step's lookups, then re-encode those rows stochastically."""
+        touched = [(ids, rows) for ids, rows in self._touched if rows.grad is not None]
+        self._touched.clear()
+        if not touched:
+            return
+        ids = paddle.concat([i for i, _ in touched])
+        unique, inverse = paddle.unique(ids, return_inverse=True)
+        grads = paddle.concat([r.grad for _, r in touched])
+        grad = paddle.zeros([unique.shape[0], self.embedding_dim], dtype="float32").index_add(inverse, 0, grads)
+        if self.padding_idx is not None:
+            grad = grad * (unique != self.padding_idx).astype("float32").unsqueeze(-1)
+        rows = self._decode(unique)
+        if self.row_optimizer == "adagrad":
+            state = paddle.gather(self.row_sum_sq, unique) + grad.square().mean(axis=1)
+            paddle.index_put_(self.row_sum_sq, (unique,), state)
+            step = grad / (state.sqrt() + ADAGRAD_EPSILON).unsqueeze(-1)
+        else:
+            step = grad
+        codes, params = codecs.encode(rows - learning_rate * step, self.format, stochastic=True)
+        paddle.index_put_(self.codes, (unique,), codes)
+        if params is not None:
+            paddle.index_put_(self.row_params, (unique,), params)
+
+    # ---------------------------------------------------------- conversion
+    @classmethod
+    def from_embedding(cls, embedding: paddle.nn.Layer, dtype: str = "int8") -> "QuantizedEmbedding":
+        """A packed copy of a ``paddle.nn.Embedding`` or ``DenseEmbedding`` (padding row and sparsity kept)."""
+        weight = embedding.weight
+        if len(weight.shape) != 2:
+            raise ValueError(f"from_embedding: {embedding.full_name()} has a weight of shape {weight.shape}")
+        padding_idx = getattr(embedding, "padding_idx", getattr(embedding, "_padding_idx", None))
+        sparse = getattr(embedding, "sparse", getattr(embedding, "_sparse", True))
+        if padding_idx is not None and padding_idx < 0:
+            padding_idx = None  # paddle.nn.Embedding stores -1 for "none"
+        return cls(weight.shape[0], weight.shape[1], dtype=dtype, padding_idx=padding_idx, sparse=sparse,
+                   weight=weight.detach(), packed=True)
+
+    @paddle.no_grad()
+    def dequantize(self) -> paddle.nn.Embedding:
+        """An fp32 ``paddle.nn.Embedding`` holding the decoded table."""
+        out = paddle.nn.Embedding(self.num_embeddings, self.embedding_dim, padding_idx=self.padding_idx,
+                                  sparse=self.sparse)
+        if not self.packed:
+            out.weight.set_value(self.weight.detach())
+            return out
+        rows = [self._decode(paddle.arange(start, min(start + ENCODE_CHUNK_ROWS, self.num_embeddings)))
+                for start in range(0, self.num_embeddings, ENCODE_CHUNK_ROWS)]
+        out.weight.set_value(paddle.concat(rows) if len(rows) > 1 else rows[0])
+        return out
+
+    @classmethod
+    def check_config(cls, config: dict[str, Any]) -> None:
+        """Refuse mode / dtype / optimizer / AMP combinations that cannot train."""
+        embedding, train = config["embedding"], config["train"]
+        if embedding["mode"] != "low_precision":
+            return
+        if embedding["dtype"] not in LOW_PRECISION_DTYPES:
+            raise ConfigError(f"embedding.dtype = {embedding['dtype']!r} cannot train in mode 'low_precision' "
+                              f"(allowed: {', '.join(LOW_PRECISION_DTYPES)}); use embedding.mode=qat or ptq")
+        if train["optimizer"] not in ROW_OPTIMIZERS:
+            raise ConfigError(f"train.optimizer = {train['optimizer']!r} does not work with embedding.mode "
+                              f"'low_precision', whose rows are updated by the layer; use one of "
+                              f"{', '.join(repr(o) for o in ROW_OPTIMIZERS)} (adagrad is row-wise: 4 bytes per row)")
+        if train["amp"]["enable"]:
+            raise ConfigError("train.amp.enable = true does not work with embedding.mode 'low_precision' "
+                              "(its row updates read unscaled gradients); turn one of them off")
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", mode={self.mode}"
+
+
+def check_quantizable(weight: paddle.Tensor, fmt: QuantFormat, owner: str) -> None:
+    """Refuse NaN / Inf rows, and values beyond fp16 where fp16 holds them (fp16 tables, row parameters)."""
+    values = weight.astype("float32")
+    bad = paddle.nonzero(~paddle.isfinite(values).all(axis=1)).flatten().numpy()
+    if bad.size:
+        raise ValueError(f"{owner}: rows {_rows(bad)} hold NaN or Inf; a table with them cannot be quantized")
+    if fmt.name != "bf16":
+        limit = codecs.FLOAT_MAX["float16"]
+        big = paddle.nonzero((values.abs() > limit).any(axis=1)).flatten().numpy()
+        if big.size:
+            raise ValueError(f"{owner}: rows {_rows(big)} hold values beyond +-{limit:g}, which {fmt.name} "
+                             f"stores in fp16; use dtype 'bf16' or rescale the table")
+
+
+def _rows(rows: np.ndarray) -> str:
+    shown = ", ".join(str(int(r)) for r in rows[:10])
+    return f"[{shown}{', ...' if rows.size > 10 else ''}] ({rows.size} in all)"

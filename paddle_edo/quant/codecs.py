@@ -1,0 +1,123 @@
+"""Row-wise quantization as pure functions on Paddle tensors (so they run on any device and in training).
+
+encode: fp32 rows -> (packed int8 codes, fp16 row parameters); decode: the inverse, up to the
+quantization step. Float formats round to nearest, or stochastically (unbiased) for training updates.
+"""
+from __future__ import annotations
+
+import paddle
+import paddle.nn.functional as F
+
+from .formats import QuantFormat
+
+# precision bits p and smallest normal exponent of the formats rows are rounded to
+_FLOAT_BITS = {"float16": (11, -14), "bfloat16": (8, -126)}
+FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
+
+
+def float_spacing(x: paddle.Tensor, dtype: str) -> paddle.Tensor:
+    """Distance between neighbouring values of ``dtype`` at |x| (fp32 tensor, exact powers of two)."""
+    precision, min_exponent = _FLOAT_BITS[dtype]
+    _, exponent = paddle.frexp(x)                       # x = m * 2**e, 0.5 <= |m| < 1
+    exponent = paddle.maximum(exponent, paddle.full_like(exponent, min_exponent + 1))
+    return paddle.ldexp(paddle.ones_like(x), (exponent - precision).astype("int32"))
+
+
+def round_to_float(x: paddle.Tensor, dtype: str, stochastic: bool = False) -> paddle.Tensor:
+    """fp32 values rounded to ``dtype`` and returned in it; stochastic rounding is unbiased: E[result] = x."""
+    limit = FLOAT_MAX[dtype]
+    x = paddle.clip(x, -limit, limit)
+    if not stochastic:
+        return x.astype(dtype)
+    spacing = float_spacing(x, dtype)
+    scaled = x / spacing
+    low = paddle.floor(scaled)
+    up = (paddle.rand(x.shape, dtype="float32") < scaled - low).astype("float32")
+    return paddle.clip((low + up) * spacing, -limit, limit).astype(dtype)
+
+
+def _fp16_round(x: paddle.Tensor, direction: str) -> paddle.Tensor:
+    """x rounded to an fp16 value <= x ('down') or >= x ('up'), returned as fp32."""
+    nearest = x.astype("float16").astype("float32")
+    spacing = float_spacing(nearest, "float16")
+    if direction == "down":
+        return paddle.where(nearest > x, nearest - spacing, nearest)
+    return paddle.where(nearest < x, nearest + spacing, nearest)
+
+
+def row_digits(rows: paddle.Tensor, fmt: QuantFormat, stochastic: bool = False
+               ) -> tuple[paddle.Tensor, paddle.Tensor]:
+    """Quantize fp32 rows [R, D] to digits in [0, base) (int32) and fp16-exact row parameters [R, P] (fp32).
+
+    intN: bias = row min rounded down to fp16, scale = (max - bias) / (levels - 1) rounded up, so every
+    value lies in the representable range and decodes within half a step (round to nearest) or within
+    one step, unbiased (stochastic). ternary: TWN threshold 0.7 * mean |w|, scale = mean |w| over kept
+    values (the least-squares scale for those signs). binary: signs, scale = mean |w|.
+    """
+    if fmt.name == "binary":
+        scale = rows.abs().mean(axis=1, keepdim=True).astype("float16").astype("float32")
+        return (rows >= 0).astype("int32"), scale
+    if fmt.name == "ternary":
+        magnitude = rows.abs()
+        keep = (magnitude > 0.7 * magnitude.mean(axis=1, keepdim=True)).astype("float32")
+        count = paddle.clip(keep.sum(axis=1, keepdim=True), min=1.0)
+        scale = ((magnitude * keep).sum(axis=1, keepdim=True) / count).astype("float16").astype("float32")
+        return (paddle.sign(rows) * keep + 1.0).astype("int32"), scale
+    levels = float(fmt.base - 1)
+    bias = _fp16_round(rows.min(axis=1, keepdim=True), "down")
+    scale = _fp16_round((rows.max(axis=1, keepdim=True) - bias) / levels, "up")
+    safe = paddle.where(scale > 0, scale, paddle.ones_like(scale))
+    position = (rows - bias) / safe
+    if stochastic:
+        position = paddle.floor(position + paddle.rand(position.shape, dtype="float32"))
+    else:
+        position = paddle.round(position)
+    digits = paddle.clip(position, 0.0, levels).astype("int32")
+    return digits, paddle.concat([scale, bias], axis=1)
+
+
+def pack(digits: paddle.Tensor, fmt: QuantFormat) -> paddle.Tensor:
+    """[R, D] digits -> [R, ceil(D / values_per_byte)] int8 bytes (byte value - 128), little digit first."""
+    rows, dim = digits.shape
+    per_byte = fmt.values_per_byte
+    padded = -(-dim // per_byte) * per_byte
+    if padded != dim:
+        digits = paddle.concat([digits, paddle.zeros([rows, padded - dim], dtype=digits.dtype)], axis=1)
+    weights = paddle.to_tensor([fmt.base ** k for k in range(per_byte)], dtype="int32")
+    packed = (digits.reshape([rows, padded // per_byte, per_byte]) * weights).sum(axis=-1)
+    return (packed - 128).astype("int8")
+
+
+def encode(rows: paddle.Tensor, fmt: QuantFormat, stochastic: bool = False
+           ) -> tuple[paddle.Tensor, paddle.Tensor | None]:
+    """fp32 rows -> (codes, row parameters as fp16); float formats return (table in that dtype, None)."""
+    if fmt.is_float:
+        return round_to_float(rows, fmt.float_dtype, stochastic), None
+    digits, params = row_digits(rows, fmt, stochastic)
+    return pack(digits, fmt), params.astype("float16")
+
+
+def decode(codes: paddle.Tensor, params: paddle.Tensor | None, fmt: QuantFormat, dim: int) -> paddle.Tensor:
+    """Gathered codes [..., bytes] and fp16 parameters [..., P] -> fp32 rows [..., dim]."""
+    if fmt.is_float:
+        return codes.astype("float32")
+    params = params.astype("float32")
+    scale = params[..., 0:1]
+    if fmt.values_per_byte == 1:  # int8: value = (code + 128) * scale + bias, the +128 folded into the bias
+        return codes.astype("float32") * scale + (params[..., 1:2] + 128.0 * scale)
+    byte_values = paddle.to_tensor(fmt.byte_table())
+    values = F.embedding(codes.astype("int32") + 128, byte_values).flatten(start_axis=-2)
+    if values.shape[-1] != dim:
+        values = values[..., :dim]
+    if fmt.symmetric:
+        return values * scale
+    return values * scale + params[..., 1:2]
+
+
+def fake_quantize(rows: paddle.Tensor, fmt: QuantFormat) -> paddle.Tensor:
+    """decode(encode(rows)), the very values serving will return, with a straight-through gradient (QAT)."""
+    with paddle.no_grad():
+        flat = rows.reshape([-1, rows.shape[-1]])
+        codes, params = encode(flat, fmt)
+        quantized = decode(codes, params, fmt, rows.shape[-1]).reshape(rows.shape)
+    return rows + (quantized - rows).detach()
