@@ -42,6 +42,10 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "pooling": Option("mean", str, choices=("mean", "sum"), doc="pooling of multi-valued fields"),
     },
     "embedding": {},  # validated by the registry: common keys plus the chosen type's own
+    "export": {
+        "dir": Option(None, str, nullable=True, doc="where tools/export_model.py writes (default: <output_dir>/inference)"),
+        "batch_size": Option(4096, int, low=1, doc="batch size of tools/infer.py"),
+    },
     "train": {
         "epochs": Option(3, int, low=1),
         "batch_size": Option(512, int, low=1),
@@ -142,6 +146,12 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (),
     except ConfigError as exc:
         where = f"{path}: " if path is not None else ""
         raise ConfigError(f"{where}{exc}") from None
+
+
+def export_prefix(config: dict[str, Any]) -> Path:
+    """Path prefix of the exported model (``.pdmodel`` / ``.pdiparams`` are added)."""
+    folder = config["export"]["dir"] or str(Path(config["train"]["output_dir"]) / "inference")
+    return Path(folder) / "model"
 
 
 def dump_config(config: dict[str, Any]) -> str:

@@ -113,7 +113,7 @@ class Engine:
     def state(self) -> dict[str, Any]:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "epoch": self.epoch, "step_in_epoch": self.step_in_epoch, "global_step": self.global_step,
-                "rng": paddle.get_rng_state(), "history": self.history,
+                "history": self.history,
                 "config": {k: self.config[k] for k in _CHECKPOINT_SECTIONS}}
 
     def save(self, path: str | Path | None = None) -> Path:
@@ -132,7 +132,6 @@ class Engine:
         self.optimizer.set_state_dict(state["optimizer"])
         self.epoch, self.step_in_epoch = state["epoch"], state["step_in_epoch"]
         self.global_step, self.history = state["global_step"], list(state["history"])
-        paddle.set_rng_state(state["rng"])
 
     # ----------------------------------------------------------------- train
     def fit(self) -> dict[str, float]:
@@ -209,9 +208,13 @@ class Engine:
         return {"loss": float(np.mean(losses)) if losses else float("nan")}
 
     def _train_step(self, batch: dict[str, paddle.Tensor]) -> float:
+        # Randomness (dropout, stochastic rounding) is a function of (seed, step), so a resumed run draws
+        # what the uninterrupted one drew: Paddle 2.6 cannot save its generator state (paddle.save keeps
+        # only the seed of a GeneratorState).
+        paddle.seed((self.config["train"]["seed"] * 1_000_003 + self.global_step) % 2**31)
         ids = [batch[f.name] for f in self.fields]
         with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
-            logits = self.model(*ids)
+            logits = self.model(ids)
             loss = F.binary_cross_entropy_with_logits(logits.astype("float32"), batch["label"])
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
@@ -233,7 +236,7 @@ class Engine:
         out = []
         for batch in make_loader(CTRBatches(table, EVAL_BATCH_SIZE, shuffle=False)):
             with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
-                logits = self.model(*[batch[f.name] for f in self.fields])
+                logits = self.model([batch[f.name] for f in self.fields])
             out.append(F.sigmoid(logits.astype("float32")).numpy())
         self.model.train()
         return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)

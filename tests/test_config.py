@@ -17,7 +17,7 @@ def error_of(*overrides, path=CONFIG):
 def test_every_shipped_config_validates():
     for path in sorted((ROOT / "configs").glob("*.yaml")):
         config = load_config(path)
-        assert set(config) == {"data", "model", "embedding", "train"}
+        assert set(config) == {"data", "model", "embedding", "export", "train"}
 
 
 def test_defaults_are_filled_and_overrides_are_typed_by_yaml():
@@ -104,3 +104,23 @@ def test_missing_file_and_malformed_overrides(tmp_path):
 def test_validate_rejects_a_non_mapping():
     with pytest.raises(ConfigError, match="mapping"):
         validate([1, 2])
+
+
+QUANT = ROOT / "configs" / "movielens_int8.yaml"
+
+
+def test_quantized_embedding_keys_are_validated():
+    config = load_config(QUANT, ["embedding.dtype=int4", "embedding.mode=qat"])
+    assert config["embedding"]["dtype"] == "int4" and config["embedding"]["mode"] == "qat"
+    assert "'int3' is not allowed" in error_of("embedding.dtype=int3", path=QUANT)
+    assert "embedding.mode = 'fast'" in error_of("embedding.mode=fast", path=QUANT)
+
+
+def test_low_precision_refuses_pairs_that_cannot_train():
+    message = error_of("embedding.mode=low_precision", "train.optimizer=adam", path=QUANT)
+    assert "train.optimizer = 'adam'" in message and "'sgd', 'adagrad'" in message
+    message = error_of("embedding.mode=low_precision", "embedding.dtype=int4", "train.optimizer=sgd", path=QUANT)
+    assert "embedding.dtype = 'int4'" in message and "qat" in message
+    message = error_of("embedding.mode=low_precision", "train.optimizer=sgd", "train.amp.enable=true", path=QUANT)
+    assert "train.amp.enable" in message
+    load_config(QUANT, ["embedding.mode=low_precision", "train.optimizer=adagrad"])

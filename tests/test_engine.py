@@ -158,3 +158,36 @@ def test_amp_on_cpu_warns_and_trains_in_fp32(synthetic_config):
         engine = Engine(synthetic_config(epochs=1, amp={"enable": True, "level": "O1", "dtype": "float16"}))
     assert engine.amp is False
     assert np.isfinite(engine.fit()["test_logloss"])
+
+
+def quantized_config(tmp_path, name, **embedding):
+    config = small_synthetic_config(tmp_path / name)
+    config["embedding"] = {"type": "quantized", "dim": 8, "sparse": True, "init_std": 0.01, **embedding}
+    return config
+
+
+def test_ptq_run_reports_fp32_and_packed_test_metrics(tmp_path):
+    fp32 = Engine(small_synthetic_config(tmp_path / "fp32")).fit()
+    engine = Engine(quantized_config(tmp_path, "ptq", dtype="int8", mode="ptq"))
+    results = engine.fit()
+    assert results["test_auc_before_packing"] == fp32["test_auc"]  # ptq trains exactly the fp32 model
+    assert abs(results["test_auc"] - fp32["test_auc"]) < 0.002
+    assert all(t.dtype == "int8" for t in engine.memory_report().tables)
+
+
+def test_low_precision_training_learns_and_resumes_exactly(tmp_path):
+    def config(name, **train):
+        c = quantized_config(tmp_path, name, dtype="int8", mode="low_precision")
+        c["train"].update(optimizer="adagrad", learning_rate=0.05, checkpoint_every_steps=10, **train)
+        return c
+
+    full = Engine(config("full"))
+    expected = full.fit()
+    assert expected["test_auc"] > 0.7
+    interrupted = Engine(config("run"), callbacks=[StopAt(45)])
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.fit()
+    resumed = Engine(config("run", resume=True))
+    assert resumed.fit()["test_auc"] == expected["test_auc"]
+    for key, value in full.model.state_dict().items():
+        np.testing.assert_array_equal(resumed.model.state_dict()[key].numpy(), value.numpy(), err_msg=key)

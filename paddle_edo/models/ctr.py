@@ -13,8 +13,8 @@ from ..nn.registry import build_embedding
 class DeepFM(nn.Layer):
     """Field embeddings (multi-valued fields pooled) -> first-order + FM + MLP -> one logit per sample.
 
-    ``forward`` takes one id tensor per field, in field order, so the model exports with a plain
-    list of InputSpecs.
+    ``forward`` takes a list with one id tensor per field, in field order ([batch] or
+    [batch, max_len]); it exports with that list of InputSpecs.
     """
 
     def __init__(self, fields: Sequence[FieldSpec], embedding: dict[str, Any],
@@ -58,7 +58,7 @@ class DeepFM(nn.Layer):
         count = (ids != 0).astype(vectors.dtype).sum(axis=1, keepdim=True)
         return summed / paddle.clip(count, min=1.0)
 
-    def forward(self, *ids: paddle.Tensor) -> paddle.Tensor:
+    def forward(self, ids: list[paddle.Tensor]) -> paddle.Tensor:
         vectors = [self._pool(f, x, self.embeddings[f.name](x)) for f, x in zip(self.fields, ids)]
         stacked = paddle.stack(vectors, axis=1)                        # [B, F, D]
         logit = self.mlp(stacked.flatten(start_axis=1)).squeeze(-1)    # [B]

@@ -24,21 +24,29 @@ def float_spacing(x: paddle.Tensor, dtype: str) -> paddle.Tensor:
 
 
 def round_to_float(x: paddle.Tensor, dtype: str, stochastic: bool = False) -> paddle.Tensor:
-    """fp32 values rounded to ``dtype`` and returned in it; stochastic rounding is unbiased: E[result] = x."""
+    """fp32 values rounded to ``dtype`` and returned in it: to nearest, or stochastically (unbiased,
+    E[result] = x). Paddle 2.6's own fp32 -> fp16/bf16 cast on CPU truncates toward zero, so the
+    rounding is done here on the grid of ``dtype`` and the cast only ever sees representable values."""
     limit = FLOAT_MAX[dtype]
     x = paddle.clip(x, -limit, limit)
-    if not stochastic:
-        return x.astype(dtype)
     spacing = float_spacing(x, dtype)
     scaled = x / spacing
-    low = paddle.floor(scaled)
-    up = (paddle.rand(x.shape, dtype="float32") < scaled - low).astype("float32")
-    return paddle.clip((low + up) * spacing, -limit, limit).astype(dtype)
+    if stochastic:
+        low = paddle.floor(scaled)
+        grid = low + (paddle.rand(x.shape, dtype="float32") < scaled - low).astype("float32")
+    else:
+        grid = paddle.round(scaled)
+    return paddle.clip(grid * spacing, -limit, limit).astype(dtype)
+
+
+def _to_fp16_grid(x: paddle.Tensor) -> paddle.Tensor:
+    """Nearest fp16 value, as fp32."""
+    return round_to_float(x, "float16").astype("float32")
 
 
 def _fp16_round(x: paddle.Tensor, direction: str) -> paddle.Tensor:
     """x rounded to an fp16 value <= x ('down') or >= x ('up'), returned as fp32."""
-    nearest = x.astype("float16").astype("float32")
+    nearest = _to_fp16_grid(x)
     spacing = float_spacing(nearest, "float16")
     if direction == "down":
         return paddle.where(nearest > x, nearest - spacing, nearest)
@@ -55,13 +63,13 @@ def row_digits(rows: paddle.Tensor, fmt: QuantFormat, stochastic: bool = False
     values (the least-squares scale for those signs). binary: signs, scale = mean |w|.
     """
     if fmt.name == "binary":
-        scale = rows.abs().mean(axis=1, keepdim=True).astype("float16").astype("float32")
+        scale = _to_fp16_grid(rows.abs().mean(axis=1, keepdim=True))
         return (rows >= 0).astype("int32"), scale
     if fmt.name == "ternary":
         magnitude = rows.abs()
         keep = (magnitude > 0.7 * magnitude.mean(axis=1, keepdim=True)).astype("float32")
         count = paddle.clip(keep.sum(axis=1, keepdim=True), min=1.0)
-        scale = ((magnitude * keep).sum(axis=1, keepdim=True) / count).astype("float16").astype("float32")
+        scale = _to_fp16_grid((magnitude * keep).sum(axis=1, keepdim=True) / count)
         return (paddle.sign(rows) * keep + 1.0).astype("int32"), scale
     levels = float(fmt.base - 1)
     bias = _fp16_round(rows.min(axis=1, keepdim=True), "down")
@@ -120,4 +128,4 @@ def fake_quantize(rows: paddle.Tensor, fmt: QuantFormat) -> paddle.Tensor:
         flat = rows.reshape([-1, rows.shape[-1]])
         codes, params = encode(flat, fmt)
         quantized = decode(codes, params, fmt, rows.shape[-1]).reshape(rows.shape)
-    return rows + (quantized - rows).detach()
+    return quantized + (rows - rows.detach())  # forward: exactly the quantized values; gradient: identity

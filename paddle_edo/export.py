@@ -1,0 +1,66 @@
+"""Export to a static model (paddle.jit.save) and run it with the Paddle Inference predictor."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import paddle
+
+from .data.ctr import FieldSpec
+
+
+def input_specs(fields: Sequence[FieldSpec]) -> list[paddle.static.InputSpec]:
+    """One int64 input per field: [batch] or [batch, max_len] for multi-valued fields."""
+    return [paddle.static.InputSpec([None, f.max_len] if f.multi_valued else [None], "int64", name=f.name)
+            for f in fields]
+
+
+def to_static(model: paddle.nn.Layer, specs: Sequence[paddle.static.InputSpec]) -> paddle.nn.Layer:
+    """The model under paddle.jit.to_static with a whole graph (what jit.save needs); its forward
+    takes the list of inputs the specs describe."""
+    model.eval()
+    return paddle.jit.to_static(model, input_spec=[list(specs)], full_graph=True)
+
+
+def export_model(model: paddle.nn.Layer, specs: Sequence[paddle.static.InputSpec], path_prefix: str | Path
+                 ) -> Path:
+    """Save ``<prefix>.pdmodel`` / ``.pdiparams`` for Paddle Inference; returns the prefix."""
+    path_prefix = Path(path_prefix)
+    path_prefix.parent.mkdir(parents=True, exist_ok=True)
+    paddle.jit.save(to_static(model, specs), str(path_prefix))
+    return path_prefix
+
+
+class Predictor:
+    """A Paddle Inference predictor over an exported model; device chosen at run time."""
+
+    def __init__(self, path_prefix: str | Path, device: str = "auto", num_threads: int = 2) -> None:
+        from paddle import inference
+
+        path_prefix = Path(path_prefix)
+        model_file, params_file = path_prefix.with_suffix(".pdmodel"), path_prefix.with_suffix(".pdiparams")
+        if not model_file.is_file():
+            raise FileNotFoundError(f"no exported model at {model_file}; run tools/export_model.py first")
+        config = inference.Config(str(model_file), str(params_file))
+        use_gpu = device != "cpu" and paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+        if use_gpu:
+            config.enable_use_gpu(256, 0)
+        else:
+            config.disable_gpu()
+            config.set_cpu_math_library_num_threads(num_threads)
+        config.disable_glog_info()
+        self.predictor = inference.create_predictor(config)
+        self.input_names = self.predictor.get_input_names()
+
+    def run(self, inputs: Sequence[np.ndarray]) -> np.ndarray:
+        """Inputs in the order of the exported input specs; returns the first output."""
+        if len(inputs) != len(self.input_names):
+            raise ValueError(f"the model takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
+                             f"got {len(inputs)}")
+        for name, value in zip(self.input_names, inputs):
+            handle = self.predictor.get_input_handle(name)
+            handle.reshape(list(value.shape))
+            handle.copy_from_cpu(np.ascontiguousarray(value))
+        self.predictor.run()
+        return self.predictor.get_output_handle(self.predictor.get_output_names()[0]).copy_to_cpu()

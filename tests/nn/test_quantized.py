@@ -1,0 +1,180 @@
+import numpy as np
+import paddle
+import pytest
+
+from paddle_edo import dequantize_model, memory_report, quantize
+from paddle_edo.checkpoint import CheckpointError, load_model_state
+from paddle_edo.data import FieldSpec
+from paddle_edo.models import DeepFM
+from paddle_edo.nn import DenseEmbedding, QuantizedEmbedding
+from paddle_edo.quant import FORMATS
+
+DTYPES = list(FORMATS)
+
+
+def dense(rows=200, dim=64, padding_idx=0, seed=0):
+    paddle.seed(seed)
+    return DenseEmbedding(rows, dim, padding_idx=padding_idx, init_std=0.5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_from_embedding_decodes_close_to_the_source_and_padding_to_zero(dtype):
+    source = dense()
+    table = QuantizedEmbedding.from_embedding(source, dtype)
+    ids = paddle.to_tensor([[0, 3, 199], [7, 0, 0]])
+    out = table(ids).numpy()
+    np.testing.assert_array_equal(out[0, 0], np.zeros(64, np.float32))
+    np.testing.assert_array_equal(out[1, 1:], np.zeros((2, 64), np.float32))
+    np.testing.assert_array_equal(out[0, 1], table.dequantize().weight.numpy()[3])
+    error = np.abs(out[0, 1:] - source.weight.numpy()[[3, 199]]).max()
+    limit = {"fp16": 1e-3, "bf16": 1e-2, "int8": 0.02, "int4": 0.3, "int2": 1.5, "ternary": 2.5, "binary": 2.5}
+    assert error < limit[dtype]
+
+
+@pytest.mark.parametrize("dtype,bits", [("int8", 8), ("int4", 4), ("int2", 2), ("binary", 1)])
+def test_bytes_held_are_rows_times_packed_bytes_plus_row_parameters(dtype, bits):
+    table = QuantizedEmbedding.from_embedding(dense(1000, 64), dtype)
+    params = 2 if dtype == "binary" else 4
+    expected = 1000 * (int(np.ceil(64 * bits / 8)) + params)
+    report = memory_report(paddle.nn.Sequential(table))
+    assert report.tables[0].estimated_bytes == report.tables[0].held_bytes == expected
+    assert report.tables[0].dtype == dtype and report.tables[0].kind == "quantized"
+    ratio = 1000 * 64 * 4 / expected
+    assert ratio >= {"int8": 3.7, "int4": 7, "int2": 12, "binary": 25}[dtype]
+
+
+def test_quantize_swaps_tables_in_place_with_include_and_exclude():
+    fields = [FieldSpec("user", 100), FieldSpec("item", 80)]
+    model = DeepFM(fields, {"type": "dense", "dim": 8, "sparse": True, "init_std": 0.1}, [8])
+    model.plain = paddle.nn.Embedding(30, 4)
+    assert quantize(model, "int4", exclude=["first_order.*"]) is model
+    kinds = {t.name: (t.kind, t.dtype) for t in memory_report(model).tables}
+    assert kinds["embeddings.user"] == ("quantized", "int4") and kinds["plain"] == ("quantized", "int4")
+    assert kinds["first_order.user"] == ("dense", "float32")
+    quantize(model, "int8", include=["first_order.item"])
+    kinds = {t.name: t.dtype for t in memory_report(model).tables}
+    assert kinds["first_order.item"] == "int8" and kinds["first_order.user"] == "float32"
+    ids = [paddle.to_tensor([1, 2]), paddle.to_tensor([3, 4])]
+    before = model(ids).numpy()
+    dequantize_model(model)
+    assert {t.kind for t in memory_report(model).tables} == {"paddle.nn.Embedding", "dense"}
+    np.testing.assert_allclose(model(ids).numpy(), before, rtol=1e-6, atol=1e-7)
+    with pytest.raises(TypeError, match="from_embedding"):
+        quantize(DenseEmbedding(5, 2))
+
+
+def test_ptq_trains_fp32_then_packs_to_the_values_from_embedding_gives():
+    table = QuantizedEmbedding(100, 16, "int4", padding_idx=0, mode="ptq")
+    assert table.storage_dtype == "float32" and table.weight.shape == [100, 16]
+    expected = QuantizedEmbedding.from_embedding(table, "int4")(paddle.arange(100)).numpy()
+    table.pack()
+    assert table.packed and "weight" not in dict(table.named_parameters())
+    np.testing.assert_array_equal(table(paddle.arange(100)).numpy(), expected)
+    assert table.estimated_bytes() == 100 * (8 + 4)
+
+
+def test_qat_lookups_are_fake_quantized_and_gradients_stay_sparse():
+    table = QuantizedEmbedding(100, 16, "int2", padding_idx=0, mode="qat")
+    ids = paddle.to_tensor([1, 5, 5, 0])
+    out = table(ids)
+    served = QuantizedEmbedding.from_embedding(table, "int2")(ids)
+    np.testing.assert_array_equal(out.numpy(), served.numpy())
+    out.sum().backward()
+    grad = table.weight._grad_ivar()
+    assert grad.is_selected_rows()
+
+
+def test_low_precision_updates_only_touched_rows_and_learns():
+    paddle.seed(0)
+    table = QuantizedEmbedding(50, 8, "int8", padding_idx=0, mode="low_precision", init_std=0.1)
+    assert [n for n, _ in table.named_parameters()] == []
+    with pytest.raises(RuntimeError, match="configure_row_optimizer"):
+        table(paddle.to_tensor([1]))
+    table.configure_row_optimizer("sgd")
+    target = paddle.full([8], 0.5)
+    before = table.dequantize().weight.numpy()
+    for _ in range(60):
+        out = table(paddle.to_tensor([[3, 4, 0], [4, 4, 0]]))
+        ((out[:, :2] - target) ** 2).sum().backward()
+        table.apply_row_updates(0.05)
+    after = table.dequantize().weight.numpy()
+    changed = np.flatnonzero((after != before).any(1)).tolist()
+    assert changed == [3, 4]
+    np.testing.assert_allclose(after[[3, 4]], 0.5, atol=0.01)
+    np.testing.assert_array_equal(after[0], np.zeros(8, np.float32))
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "int8"])
+def test_low_precision_keeps_small_updates_on_average(dtype):
+    # an update far below the format's resolution survives in expectation thanks to stochastic rounding
+    paddle.seed(3)
+    table = QuantizedEmbedding(2000, 4, dtype, mode="low_precision", init_std=0.0)
+    table.configure_row_optimizer("sgd")
+    with paddle.no_grad():
+        base = table._decode(paddle.arange(2000))
+    ids = paddle.arange(1, 2000)
+    for _ in range(10):
+        table(ids).sum().backward()  # gradient 1 for every element
+        table.apply_row_updates(1e-4)
+    moved = (table.dequantize().weight.numpy()[1:] - base.numpy()[1:]).mean()
+    assert moved == pytest.approx(-1e-3, rel=0.1)
+
+
+def test_adagrad_row_state_is_one_float_per_row_and_counted():
+    table = QuantizedEmbedding(30, 8, "fp16", mode="low_precision")
+    table.configure_row_optimizer("adagrad")
+    assert table.row_sum_sq.shape == [30]
+    report = memory_report(paddle.nn.Sequential(table))
+    assert report.tables[0].estimated_bytes == report.tables[0].held_bytes == 30 * 8 * 2 + 30 * 4
+    table(paddle.to_tensor([2, 2])).sum().backward()
+    table.apply_row_updates(0.1)
+    state = table.row_sum_sq.numpy()
+    assert state[2] == pytest.approx(4.0) and (np.delete(state, 2) == 0).all()  # (1 + 1)^2 averaged over dims
+
+
+def test_bad_arguments_name_the_layer_and_what_is_allowed():
+    with pytest.raises(ValueError, match="dtype = 'int3' is not supported; supported: fp16, bf16"):
+        QuantizedEmbedding(10, 4, "int3")
+    with pytest.raises(ValueError, match="mode = 'fast' is not supported"):
+        QuantizedEmbedding(10, 4, "int8", mode="fast")
+    with pytest.raises(ValueError, match="'low_precision' stores fp16, bf16, int8 tables"):
+        QuantizedEmbedding(10, 4, "int4", mode="low_precision")
+    table = QuantizedEmbedding(10, 4, "int8", mode="low_precision")
+    with pytest.raises(ValueError, match="sgd or adagrad, not 'adam'"):
+        table.configure_row_optimizer("adam")
+    with pytest.raises(TypeError, match="quantized_embedding.*int32 or int64, got float32"):
+        table(paddle.to_tensor([1.5]))
+    with pytest.raises(IndexError, match=r"id 10 is out of range \[0, 10\)"):
+        table.eval()
+        table(paddle.to_tensor([10]))
+
+
+def test_nan_inf_and_overflowing_rows_are_named():
+    source = dense(20, 4)
+    with paddle.no_grad():
+        source.weight[3, 1] = float("nan")
+        source.weight[11, 0] = float("inf")
+    with pytest.raises(ValueError, match=r"rows \[3, 11\] \(2 in all\) hold NaN or Inf"):
+        QuantizedEmbedding.from_embedding(source, "int8")
+    big = dense(20, 4)
+    with paddle.no_grad():
+        big.weight[7, 2] = 1e6
+    with pytest.raises(ValueError, match=r"rows \[7\] .* beyond \+-65504"):
+        QuantizedEmbedding.from_embedding(big, "int4")
+    assert QuantizedEmbedding.from_embedding(big, "bf16").storage_dtype == "bf16"
+
+
+def test_a_checkpoint_of_another_dtype_is_refused():
+    int8 = paddle.nn.Sequential(QuantizedEmbedding.from_embedding(dense(40, 8), "int8"))
+    int4 = paddle.nn.Sequential(QuantizedEmbedding.from_embedding(dense(40, 8), "int4"))
+    fp16 = paddle.nn.Sequential(QuantizedEmbedding.from_embedding(dense(40, 8), "fp16"))
+    with pytest.raises(CheckpointError, match="needs '0.int4_codes'.*has '0.int8_codes'"):
+        load_model_state(int4, int8.state_dict())
+    with pytest.raises(CheckpointError, match="needs '0.fp16_codes'"):
+        load_model_state(fp16, int8.state_dict())
+    other = paddle.nn.Sequential(QuantizedEmbedding.from_embedding(dense(40, 16), "int8"))
+    with pytest.raises(CheckpointError, match=r"'0.int8_codes' is int8\[40, 16\] in the checkpoint, but the model holds int8\[40, 8\]"):
+        load_model_state(int8, other.state_dict())
+    copy = paddle.nn.Sequential(QuantizedEmbedding.from_embedding(dense(40, 8, seed=5), "int8"))
+    load_model_state(copy, int8.state_dict())
+    np.testing.assert_array_equal(copy[0].codes.numpy(), int8[0].codes.numpy())

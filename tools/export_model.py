@@ -1,0 +1,40 @@
+"""Export a trained experiment for Paddle Inference:
+python tools/export_model.py -c configs/X.yaml [-o key=value ...] [--checkpoint PATH]"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tools._cli import fail_cleanly  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("-c", "--config", required=True)
+    parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--checkpoint", help="default: <train.output_dir>/checkpoints/last.pdckpt")
+    args = parser.parse_args(argv)
+    with fail_cleanly():
+        from paddle_edo import load_config
+        from paddle_edo.config import export_prefix
+        from paddle_edo.engine import Engine
+        from paddle_edo.export import export_model, input_specs
+        from paddle_edo.quant.convert import pack_trained
+
+        config = load_config(args.config, args.override)
+        engine = Engine(config)
+        engine.load(args.checkpoint or engine.checkpoint_path)
+        pack_trained(engine.model)
+        prefix = export_model(engine.model, input_specs(engine.fields), export_prefix(config))
+        print(engine.memory_report())
+        print(f"exported {prefix}.pdmodel and {prefix}.pdiparams")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("GLOG_minloglevel", "2")
+    sys.exit(main())
