@@ -42,6 +42,20 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "pooling": Option("mean", str, choices=("mean", "sum"), doc="pooling of multi-valued fields"),
     },
     "embedding": {},  # validated by the registry: common keys plus the chosen type's own
+    "monitor": {
+        "enable": Option(False, bool, doc="VisualDL monitoring of sparse gradients and memory"),
+        "every_n_steps": Option(10, int, low=1),
+        "logdir": Option(None, str, nullable=True, doc="default: <train.output_dir>/vdl"),
+        "memory": Option(True, bool, doc="also log bytes per table and cache statistics"),
+        "histogram_every_n_steps": Option(100, int, low=0, doc="row-gradient norm histograms (0: none)"),
+        "alerts": {
+            "nan": Option(True, bool),
+            "norm_factor": Option(10.0, float, low=1.0, doc="alert when a max row norm exceeds this x its median"),
+            "dense_gradient": Option(True, bool),
+            "coverage_patience": Option(2000, int, low=1, doc="steps without a newly updated row"),
+            "norm_window": Option(50, int, low=5),
+        },
+    },
     "export": {
         "dir": Option(None, str, nullable=True, doc="where tools/export_model.py writes (default: <output_dir>/inference)"),
         "batch_size": Option(4096, int, low=1, doc="batch size of tools/infer.py"),

@@ -14,12 +14,14 @@ from paddle.base.unique_name import UniqueNameGenerator
 from paddle.utils import unique_name
 
 from . import runtime
+from .callbacks import Callback
 from .checkpoint import CheckpointError, load_checkpoint, load_model_state, save_checkpoint
 from .config import dump_config
 from .data import CTRBatches, CTRTable, load_dataset, make_loader
 from .memory import embedding_layers, memory_report
 from .metrics import auc, logloss
 from .models import build_model
+from .monitor import monitors_from_config
 from .nn.quantized import QuantizedEmbedding
 from .quant.convert import pack_trained, row_updated_tables
 from .progress import ProgressBar
@@ -29,18 +31,6 @@ logger = logging.getLogger("paddle_edo")
 # Config sections a checkpoint must agree with to be resumed: they fix the model's shape and the data.
 _CHECKPOINT_SECTIONS = ("data", "model", "embedding")
 EVAL_BATCH_SIZE = 8192
-
-
-class Callback:
-    """Hooks the engine calls; monitors subclass this and override what they need."""
-
-    def on_train_begin(self, engine: "Engine") -> None: ...
-
-    def on_step_end(self, engine: "Engine", step: int, logs: dict[str, float]) -> None: ...
-
-    def on_epoch_end(self, engine: "Engine", epoch: int, logs: dict[str, float]) -> None: ...
-
-    def on_train_end(self, engine: "Engine", logs: dict[str, float]) -> None: ...
 
 
 def build_optimizer(config: dict[str, Any], model: paddle.nn.Layer) -> paddle.optimizer.Optimizer:
@@ -72,8 +62,8 @@ class Engine:
     def __init__(self, config: dict[str, Any], callbacks: Sequence[Callback] = ()) -> None:
         self.config = config
         train = config["train"]
-        self.callbacks = list(callbacks)
         self.output_dir = Path(train["output_dir"])
+        self.callbacks = list(callbacks) + monitors_from_config(config)  # an unwritable logdir fails here
         self.device = runtime.select_device(train["device"])
         runtime.set_num_threads(train["num_threads"])
         runtime.seed_everything(train["seed"])
@@ -100,6 +90,7 @@ class Engine:
             if self.amp_dtype == "float16":
                 self.scaler = paddle.amp.GradScaler()
         self.train_batches = CTRBatches(self.splits.train, train["batch_size"], shuffle=True, seed=train["seed"])
+        self.current_batch: dict[str, paddle.Tensor] = {}  # the batch being trained on, for callbacks
         self.epoch = 0           # epochs finished
         self.step_in_epoch = 0   # steps finished in the current epoch
         self.global_step = 0
@@ -132,6 +123,11 @@ class Engine:
         self.optimizer.set_state_dict(state["optimizer"])
         self.epoch, self.step_in_epoch = state["epoch"], state["step_in_epoch"]
         self.global_step, self.history = state["global_step"], list(state["history"])
+
+    def load_for_serving(self, path: str | Path) -> list[str]:
+        """Load a checkpoint and pack its QAT / PTQ tables, as the end of training does; returns those packed."""
+        self.load(path)
+        return pack_trained(self.model)
 
     # ----------------------------------------------------------------- train
     def fit(self) -> dict[str, float]:
@@ -193,6 +189,7 @@ class Engine:
                           every=train["log_every_steps"])
         bar.steps = self.step_in_epoch
         losses = []
+        start = time.perf_counter()
         for batch in make_loader(batches):
             loss = self._train_step(batch)
             losses.append(loss)
@@ -205,28 +202,35 @@ class Engine:
             every = train["checkpoint_every_steps"]
             if every and self.global_step % every == 0 and self.step_in_epoch < len(batches):
                 self.save()
-        return {"loss": float(np.mean(losses)) if losses else float("nan")}
+        return {"loss": float(np.mean(losses)) if losses else float("nan"), "seconds": time.perf_counter() - start}
 
     def _train_step(self, batch: dict[str, paddle.Tensor]) -> float:
         # Randomness (dropout, stochastic rounding) is a function of (seed, step), so a resumed run draws
         # what the uninterrupted one drew: Paddle 2.6 cannot save its generator state (paddle.save keeps
         # only the seed of a GeneratorState).
         paddle.seed((self.config["train"]["seed"] * 1_000_003 + self.global_step) % 2**31)
+        self.current_batch = batch
         ids = [batch[f.name] for f in self.fields]
         with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
             logits = self.model(ids)
             loss = F.binary_cross_entropy_with_logits(logits.astype("float32"), batch["label"])
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
+            self._after_backward()
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             loss.backward()
+            self._after_backward()
             self.optimizer.step()
         for table in self.row_tables:
             table.apply_row_updates(self.table_learning_rate)
         self.optimizer.clear_grad()
         return float(loss)
+
+    def _after_backward(self) -> None:
+        for cb in self.callbacks:
+            cb.on_after_backward(self, self.global_step + 1)
 
     # ------------------------------------------------------------------ eval
     @paddle.no_grad()
@@ -267,7 +271,6 @@ def _attach_log_file(path: Path) -> logging.Handler:
         console.setFormatter(logging.Formatter("%(message)s"))
         console._paddle_edo_console = True
         log.addHandler(console)
-        log.propagate = False
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(handler)

@@ -25,8 +25,15 @@ def select_device(preference: str = "auto") -> str:
 
 
 def set_num_threads(n: int) -> None:
-    """CPU math threads. ``import paddle`` pins OMP_NUM_THREADS to 1 when unset; this sets them after import."""
+    """CPU math threads. ``import paddle`` pins OMP_NUM_THREADS to 1 when unset; this sets them after import.
+
+    On the CPU, static programs (to_static) also run their ops one after another: Paddle 2.6's
+    multi-threaded executor over-subscribes a few cores, and lookups under to_static measured 3-10x
+    slower with it on 2 cores.
+    """
     paddle.base.core.set_num_threads(int(n))
+    if paddle.get_device() == "cpu":
+        paddle.set_flags({"FLAGS_new_executor_serial_run": True})
 
 
 def seed_everything(seed: int) -> None:

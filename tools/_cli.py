@@ -11,11 +11,12 @@ def fail_cleanly() -> Iterator[None]:
     """Turn the toolkit's input errors into one line on stderr and exit status 2."""
     from paddle_edo.checkpoint import CheckpointError
     from paddle_edo.data import DataError
+    from paddle_edo.monitor import MonitorError
     from paddle_edo.schema import ConfigError
 
     try:
         yield
-    except (ConfigError, DataError, CheckpointError) as exc:
+    except (ConfigError, DataError, CheckpointError, MonitorError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
 
@@ -30,7 +31,7 @@ def results_table(config: dict[str, Any], results: dict[str, float], report: Any
             ("train time", f"{results['train_seconds']:.1f} s")]
     for table in report.tables:
         rows.append((f"memory {table.name}", f"{format_bytes(table.estimated_bytes)} estimated, "
-                                             f"{format_bytes(table.held_bytes)} held"))
+                                             f"{format_bytes(table.held_bytes)} held ({table.dtype})"))
     rows.append(("memory total", f"{format_bytes(report.estimated_bytes)} estimated, "
                                  f"{format_bytes(report.held_bytes)} held"))
     width = max(len(k) for k, _ in rows)

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         from paddle_edo.engine import Engine
 
         engine = Engine(load_config(args.config, args.override))
-        engine.load(args.checkpoint or engine.checkpoint_path)
+        engine.load_for_serving(args.checkpoint or engine.checkpoint_path)
         metrics = engine.evaluate(args.split)
         print(f"{args.split} auc {metrics['auc']:.4f}")
         print(f"{args.split} logloss {metrics['logloss']:.4f}")

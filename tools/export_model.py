@@ -23,12 +23,10 @@ def main(argv: list[str] | None = None) -> int:
         from paddle_edo.config import export_prefix
         from paddle_edo.engine import Engine
         from paddle_edo.export import export_model, input_specs
-        from paddle_edo.quant.convert import pack_trained
 
         config = load_config(args.config, args.override)
         engine = Engine(config)
-        engine.load(args.checkpoint or engine.checkpoint_path)
-        pack_trained(engine.model)
+        engine.load_for_serving(args.checkpoint or engine.checkpoint_path)
         prefix = export_model(engine.model, input_specs(engine.fields), export_prefix(config))
         print(engine.memory_report())
         print(f"exported {prefix}.pdmodel and {prefix}.pdiparams")

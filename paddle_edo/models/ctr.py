@@ -49,6 +49,13 @@ class DeepFM(nn.Layer):
         return cls(fields, config["embedding"], model["hidden_units"], model["dropout"], model["first_order"],
                    model["fm"], model["pooling"])
 
+    def table_fields(self) -> dict[str, str]:
+        """Sublayer name of each table -> the field whose ids it looks up (for monitors)."""
+        names = {f"embeddings.{f.name}": f.name for f in self.fields}
+        if self.first_order is not None:
+            names.update({f"first_order.{f.name}": f.name for f in self.fields})
+        return names
+
     def _pool(self, field: FieldSpec, ids: paddle.Tensor, vectors: paddle.Tensor) -> paddle.Tensor:
         if not field.multi_valued:
             return vectors

@@ -78,7 +78,7 @@ class EmbeddingBase(paddle.nn.Layer):
         if ids.dtype not in ID_DTYPES:
             raise TypeError(f"{self.full_name()}: ids must be int32 or int64, got {dtype_name(ids.dtype)}")
         if self.check_ids_enabled and paddle.in_dynamic_mode() and ids.size > 0:
-            low, high = int(ids.min()), int(ids.max())
+            low, high = paddle.stack([ids.min(), ids.max()]).tolist()  # one device-to-host copy
             if low < 0 or high >= self.num_embeddings:
                 bad = low if low < 0 else high
                 raise IndexError(f"{self.full_name()}: id {bad} is out of range [0, {self.num_embeddings})")

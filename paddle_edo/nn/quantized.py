@@ -134,7 +134,8 @@ class QuantizedEmbedding(EmbeddingBase):
         return self.num_embeddings * self.format.row_bytes(self.embedding_dim) + state
 
     # -------------------------------------------------------------- lookup
-    def _decode(self, ids: paddle.Tensor) -> paddle.Tensor:
+    def decode_rows(self, ids: paddle.Tensor) -> paddle.Tensor:
+        """fp32 rows of the given ids, decoded from packed storage."""
         codes = F.embedding(ids, self.codes)
         params = None if self.row_params is None else F.embedding(ids, self.row_params)
         return codecs.decode(codes, params, self.format, self.embedding_dim)
@@ -145,7 +146,7 @@ class QuantizedEmbedding(EmbeddingBase):
             return codecs.fake_quantize(rows, self.format) if self.mode == "qat" else rows
         if self.mode == "low_precision" and self.training and paddle.in_dynamic_mode():
             return self._lookup_for_update(ids)
-        return self._decode(ids)
+        return self.decode_rows(ids)
 
     def _lookup_for_update(self, ids: paddle.Tensor) -> paddle.Tensor:
         """Decode each distinct row once as a leaf tensor whose gradient apply_row_updates reads."""
@@ -153,7 +154,7 @@ class QuantizedEmbedding(EmbeddingBase):
             raise RuntimeError(f"{self.full_name()}: call configure_row_optimizer('sgd' or 'adagrad') before "
                                f"training a low_precision table")
         unique, inverse = paddle.unique(ids.flatten(), return_inverse=True)
-        rows = self._decode(unique)
+        rows = self.decode_rows(unique)
         rows.stop_gradient = False
         self._touched.append((unique, rows))
         return F.embedding(inverse.reshape(ids.shape), rows)
@@ -168,6 +169,14 @@ class QuantizedEmbedding(EmbeddingBase):
         if name == "adagrad" and getattr(self, "row_sum_sq", None) is None:
             self.register_buffer("row_sum_sq", paddle.zeros([self.num_embeddings], dtype="float32"))
 
+    def row_gradients(self) -> tuple[paddle.Tensor, paddle.Tensor] | None:
+        """(row ids, row gradients) of this step's lookups before apply_row_updates, for monitors;
+        None when this table trains through an optimizer (its weight gradient says it all)."""
+        touched = [(ids, rows.grad) for ids, rows in self._touched if rows.grad is not None]
+        if not touched:
+            return None
+        return paddle.concat([i for i, _ in touched]), paddle.concat([g for _, g in touched])
+
     @paddle.no_grad()
     def apply_row_updates(self, learning_rate: float) -> None:
         """Apply the row gradients of this step's lookups, then re-encode those rows stochastically."""
@@ -181,7 +190,7 @@ class QuantizedEmbedding(EmbeddingBase):
         grad = paddle.zeros([unique.shape[0], self.embedding_dim], dtype="float32").index_add(inverse, 0, grads)
         if self.padding_idx is not None:
             grad = grad * (unique != self.padding_idx).astype("float32").unsqueeze(-1)
-        rows = self._decode(unique)
+        rows = self.decode_rows(unique)
         if self.row_optimizer == "adagrad":
             state = paddle.gather(self.row_sum_sq, unique) + grad.square().mean(axis=1)
             paddle.index_put_(self.row_sum_sq, (unique,), state)
@@ -215,7 +224,7 @@ class QuantizedEmbedding(EmbeddingBase):
         if not self.packed:
             out.weight.set_value(self.weight.detach())
             return out
-        rows = [self._decode(paddle.arange(start, min(start + ENCODE_CHUNK_ROWS, self.num_embeddings)))
+        rows = [self.decode_rows(paddle.arange(start, min(start + ENCODE_CHUNK_ROWS, self.num_embeddings)))
                 for start in range(0, self.num_embeddings, ENCODE_CHUNK_ROWS)]
         out.weight.set_value(paddle.concat(rows) if len(rows) > 1 else rows[0])
         return out

@@ -111,7 +111,7 @@ def test_low_precision_keeps_small_updates_on_average(dtype):
     table = QuantizedEmbedding(2000, 4, dtype, mode="low_precision", init_std=0.0)
     table.configure_row_optimizer("sgd")
     with paddle.no_grad():
-        base = table._decode(paddle.arange(2000))
+        base = table.decode_rows(paddle.arange(2000))
     ids = paddle.arange(1, 2000)
     for _ in range(10):
         table(ids).sum().backward()  # gradient 1 for every element

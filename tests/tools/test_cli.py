@@ -45,7 +45,7 @@ def test_out_of_range_id_in_a_data_file_names_file_field_and_value(tmp_path):
     assert not out.exists()
 
 
-def test_train_then_eval_on_synthetic_csv_data(tmp_path):
+def test_train_eval_export_infer_on_synthetic_csv_data(tmp_path):
     data = tmp_path / "synthetic.csv"
     made = run("get_data.py", "synthetic", "--out", str(data), "--num-samples", "6000", "--num-fields", "3",
                "--rows-per-field", "300")
@@ -53,13 +53,22 @@ def test_train_then_eval_on_synthetic_csv_data(tmp_path):
     out = tmp_path / "out"
     args = ["-c", "configs/movielens_dense.yaml", "-o", "data.name=csv", "-o", f"data.csv.path={data}",
             "-o", "data.csv.fields={f0: 300, f1: 300, f2: 300}", "-o", "train.epochs=2",
-            "-o", "model.hidden_units=[16]", "-o", f"train.output_dir={out}", "-o", "train.learning_rate=0.01"]
+            "-o", "model.hidden_units=[16]", "-o", f"train.output_dir={out}", "-o", "train.learning_rate=0.01",
+            "-o", "embedding.type=quantized", "-o", "embedding.dtype=int4", "-o", "embedding.mode=qat"]
     trained = run("train.py", *args)
     assert trained.returncode == 0, trained.stderr
     lines = trained.stdout.strip().splitlines()
     assert lines[-2].startswith("test auc ") and lines[-1].startswith("test logloss ")
     assert float(lines[-2].split()[-1]) > 0.6
     assert "estimated" in trained.stdout and "embeddings.f0" in trained.stdout
+    (line,) = [l for l in trained.stdout.splitlines() if l.startswith("memory embeddings.f0 ")]
+    assert line.endswith("held (int4)")  # the results table shows the packed table, after training
     evaluated = run("eval.py", *args)
     assert evaluated.returncode == 0, evaluated.stderr
     assert evaluated.stdout.strip().splitlines()[-2:] == lines[-2:]
+    exported = run("export_model.py", *args)
+    assert exported.returncode == 0, exported.stderr
+    assert (out / "inference" / "model.pdmodel").is_file() and (out / "inference" / "model.pdiparams").is_file()
+    served = run("infer.py", *args)
+    assert served.returncode == 0, served.stderr
+    assert served.stdout.strip().splitlines()[-2:] == lines[-2:]  # Paddle Inference scores as training did

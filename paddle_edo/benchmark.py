@@ -1,0 +1,50 @@
+"""Benchmark helpers: steady allocator settings and side-by-side timing reported as medians."""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import time
+from typing import Callable
+
+import numpy as np
+
+# glibc mallopt parameters
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 32 * 1024 * 1024
+TRIM_THRESHOLD = 4 * 1024 * 1024 * 1024 - 1
+
+
+def steady_malloc() -> str:
+    """Keep freed large buffers in the heap instead of returning them to the OS.
+
+    With glibc's defaults, Paddle's large outputs are page-faulted afresh on some calls, making the
+    same lookup up to 5x slower and noisy. Same effect as MALLOC_MMAP_THRESHOLD_=33554432
+    MALLOC_TRIM_THRESHOLD_=4294967295. Returns a description of what was set.
+    """
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is None or not hasattr(libc, "mallopt"):
+        return "glibc mallopt unavailable: allocator defaults"
+    ok = libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) and libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    return (f"mallopt M_MMAP_THRESHOLD={MMAP_THRESHOLD} M_TRIM_THRESHOLD={TRIM_THRESHOLD}" if ok
+            else "mallopt refused: allocator defaults")
+
+
+def side_by_side(candidates: dict[str, Callable[[], object]], repeats: int = 15, warmup: int = 3,
+                 sync: Callable[[], None] | None = None) -> dict[str, float]:
+    """Median milliseconds per call of each candidate, measured round-robin so that all see the same
+    machine load. ``sync`` waits for the device (e.g. paddle.device.synchronize on a GPU)."""
+    sync = sync or (lambda: None)
+    for fn in candidates.values():
+        for _ in range(warmup):
+            fn()
+    sync()
+    times: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(repeats):
+        for name, fn in candidates.items():
+            start = time.perf_counter()
+            fn()
+            sync()
+            times[name].append((time.perf_counter() - start) * 1e3)
+    return {name: float(np.median(t)) for name, t in times.items()}

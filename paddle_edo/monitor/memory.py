@@ -1,0 +1,40 @@
+"""MemoryMonitor: bytes per table (the memory report) and cache statistics, over time, in VisualDL."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..callbacks import Callback
+from ..memory import embedding_layers, memory_report
+
+
+class MemoryMonitor(Callback):
+    """Logs each table's estimated and held bytes, and the counters of any table that keeps them
+    (a layer with ``statistics() -> dict[str, number]``, such as a cache), every ``every_n_steps`` steps."""
+
+    def __init__(self, writer: Any, every_n_steps: int = 10) -> None:
+        self.writer = writer
+        self.every_n_steps = every_n_steps
+
+    def log(self, model, step: int) -> None:
+        report = memory_report(model)
+        for table in report.tables:
+            self.writer.add_scalar(f"table_bytes/{table.name}/held", table.held_bytes, step)
+            self.writer.add_scalar(f"table_bytes/{table.name}/estimated", table.estimated_bytes, step)
+        self.writer.add_scalar("table_bytes/total/held", report.held_bytes, step)
+        self.writer.add_scalar("table_bytes/total/estimated", report.estimated_bytes, step)
+        for name, layer in embedding_layers(model):
+            statistics = getattr(layer, "statistics", None)
+            if callable(statistics):
+                for key, value in statistics().items():
+                    self.writer.add_scalar(f"cache/{name}/{key}", float(value), step)
+
+    def on_train_begin(self, engine) -> None:
+        self.log(engine.model, engine.global_step)
+
+    def on_step_end(self, engine, step: int, logs: dict[str, float]) -> None:
+        if step % self.every_n_steps == 0:
+            self.log(engine.model, step)
+
+    def on_train_end(self, engine, logs: dict[str, float]) -> None:
+        self.log(engine.model, engine.global_step)  # after packing: the bytes served
+        self.writer.flush()

@@ -1,0 +1,211 @@
+"""Monitors read back from the VisualDL logs equal what was planted."""
+import os
+from pathlib import Path
+
+import numpy as np
+import paddle
+import pytest
+from visualdl import LogReader
+
+from paddle_edo.engine import Engine
+from paddle_edo.monitor import AlertSettings, MemoryMonitor, MonitorError, SparseGradMonitor, open_log_writer
+from paddle_edo.nn import DenseEmbedding, QuantizedEmbedding
+
+from conftest import small_synthetic_config
+
+
+def read(logdir):
+    (path,) = [p for p in Path(logdir).iterdir() if p.name.startswith("vdlrecords")]
+    reader = LogReader(file_path=str(path))
+    tags = reader.get_tags()
+
+    def series(kind, tag):
+        return {r.id: r for r in reader.get_data(kind, tag)} if tag in tags.get(kind, []) else {}
+    return tags, series
+
+
+class Model(paddle.nn.Layer):
+    def __init__(self, dim=4, sparse=True):
+        super().__init__()
+        self.users = DenseEmbedding(100, dim, padding_idx=0, sparse=sparse, init_std=0.1)
+
+    def forward(self, ids, weights):
+        return (self.users(ids) * weights).sum()
+
+
+def planted_run(tmp_path, steps=12, sparse=True, plant=None, every=1, factor=10.0):
+    """SGD on rows 1..49 only; returns (model, monitor, logdir). Row gradient of row r at a step is
+    weight x (lookups of r) in every dimension."""
+    paddle.seed(0)
+    model = Model(sparse=sparse)
+    optimizer = paddle.optimizer.SGD(0.1, parameters=model.parameters())
+    logdir = tmp_path / "vdl"
+    writer = open_log_writer(logdir)
+    monitor = SparseGradMonitor(writer, every_n_steps=every, alerts=AlertSettings(norm_factor=factor),
+                                histogram_every_n_steps=4)
+    rng = np.random.default_rng(0)
+    history = []
+    for step in range(1, steps + 1):
+        ids = rng.integers(1, 50, (8, 3))
+        ids[0, 0] = 0  # padding lookups are never updates
+        weights = np.ones((8, 3, 4), np.float32)
+        if plant:
+            plant(step, ids, weights)
+        before = model.users.weight.numpy().copy()
+        model(paddle.to_tensor(ids), paddle.to_tensor(weights)).backward()
+        monitor.step(model, step)
+        optimizer.step()
+        monitor.step_end(model, step)
+        optimizer.clear_grad()
+        history.append((ids, weights, before, model.users.weight.numpy().copy()))
+    monitor.lookup_ids = {"users": np.arange(100)}  # every row once, padding excluded by the monitor
+    monitor.log_never_updated(steps)
+    writer.close()
+    return model, monitor, logdir, history
+
+
+def expected_norms(ids, weights):
+    grads = {}
+    for (i, j), row in np.ndenumerate(ids):
+        if row != 0:
+            grads[row] = grads.get(row, 0) + weights[i, j]
+    return np.array([np.linalg.norm(g) for g in grads.values()])
+
+
+def test_logged_values_equal_the_planted_gradients(tmp_path):
+    _, monitor, logdir, history = planted_run(tmp_path)
+    tags, series = read(logdir)
+    assert "sparse/users/grad_norm_max" in tags["scalar"] and "sparse/users/grad_norm" in tags["histogram"]
+    for step, (ids, weights, before, after) in enumerate(history, start=1):
+        norms = expected_norms(ids, weights)
+        assert series("scalar", "sparse/users/rows_touched")[step].value == len(norms)
+        assert series("scalar", "sparse/users/grad_norm_max")[step].value == pytest.approx(norms.max(), rel=1e-5)
+        assert series("scalar", "sparse/users/grad_norm_mean")[step].value == pytest.approx(norms.mean(), rel=1e-5)
+        assert series("scalar", "sparse/users/grad_norm_p99")[step].value == pytest.approx(
+            np.percentile(norms, 99), rel=1e-5)
+        rows = sorted(set(ids.ravel()) - {0})
+        ratio = np.linalg.norm(after[rows] - before[rows]) / np.linalg.norm(before[rows])
+        assert series("scalar", "sparse/users/update_to_weight")[step].value == pytest.approx(ratio, rel=1e-4)
+    histograms = series("histogram", "sparse/users/grad_norm")
+    assert sorted(histograms) == [4, 8, 12]
+    assert sum(histograms[12].histogram.hist) == len(expected_norms(*history[-1][:2]))
+
+
+def test_planted_cold_rows_coverage_and_lookup_share(tmp_path):
+    _, monitor, logdir, history = planted_run(tmp_path)
+    seen = set()
+    for ids, *_ in history:
+        seen |= set(ids.ravel()) - {0}
+    assert seen <= set(range(1, 50))
+    _, series = read(logdir)
+    coverage = series("scalar", "sparse/users/coverage_pct")[12].value
+    assert coverage == pytest.approx(100.0 * len(seen) / 99, rel=1e-6)  # rows 50..99 are planted cold
+    cold = 99 - len(seen)
+    assert series("scalar", "sparse/users/never_updated_rows")[12].value == cold
+    assert series("scalar", "sparse/users/never_updated_lookup_share_pct")[12].value == pytest.approx(
+        100.0 * cold / 99, rel=1e-6)
+
+
+def test_planted_nan_and_exploding_rows_raise_alerts(tmp_path):
+    def plant(step, ids, weights):
+        if step == 4:
+            ids[1, 1] = 7
+            weights[1, 1, 2] = np.nan
+        if step == 9:
+            ids[2, 0] = 11
+            weights[2, 0] = 500.0
+
+    _, monitor, logdir, _ = planted_run(tmp_path, plant=plant)
+    kinds = [(step, kind) for step, kind, _ in monitor.alert_log]
+    assert (4, "nan_inf") in kinds and (9, "norm_spike") in kinds
+    assert all(kind != "norm_spike" or step == 9 for step, kind in kinds)
+    _, series = read(logdir)
+    assert series("scalar", "sparse/users/nan_inf_rows")[4].value == 1
+    assert series("scalar", "sparse/users/nan_inf_rows")[5].value == 0
+    texts = series("text", "alerts/users")
+    assert "[nan_inf]" in texts[4].text.encoded_text_string and "rows [7]" in texts[4].text.encoded_text_string
+    assert "[norm_spike]" in texts[9].text.encoded_text_string
+
+
+def test_a_dense_gradient_is_flagged_once(tmp_path, caplog):
+    _, monitor, _, _ = planted_run(tmp_path, steps=3, sparse=False)
+    assert [kind for _, kind, _ in monitor.alert_log] == ["dense_gradient"]
+    assert sum("where a sparse row gradient was expected" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_logging_every_n_steps_still_counts_coverage_every_step(tmp_path):
+    _, monitor, logdir, history = planted_run(tmp_path, every=5)
+    _, series = read(logdir)
+    assert sorted(series("scalar", "sparse/users/rows_touched")) == [5, 10]
+    seen = set().union(*(set(ids.ravel()) - {0} for ids, *_ in history))
+    assert monitor.coverage("users") == pytest.approx(100.0 * len(seen) / 99)
+
+
+def test_low_precision_tables_are_monitored_through_their_row_gradients(tmp_path):
+    table = QuantizedEmbedding(30, 4, "int8", mode="low_precision", padding_idx=0)
+    table.configure_row_optimizer("sgd")
+    writer = open_log_writer(tmp_path / "vdl")
+    monitor = SparseGradMonitor(writer, every_n_steps=1)
+    model = paddle.nn.Sequential(table)
+    (model(paddle.to_tensor([3, 3, 5])) * 2.0).sum().backward()
+    monitor.step(model, 1)
+    table.apply_row_updates(0.1)
+    monitor.step_end(model, 1)
+    writer.close()
+    _, series = read(tmp_path / "vdl")
+    assert series("scalar", "sparse/0/rows_touched")[1].value == 2
+    assert series("scalar", "sparse/0/grad_norm_max")[1].value == pytest.approx(4.0 * 2.0)  # 2 lookups x 2 x sqrt(4)
+
+
+def test_memory_monitor_logs_the_memory_report(tmp_path):
+    writer = open_log_writer(tmp_path / "vdl")
+    model = paddle.nn.Sequential(DenseEmbedding(10, 4), QuantizedEmbedding.from_embedding(DenseEmbedding(20, 8), "int4"))
+    MemoryMonitor(writer).log(model, 0)
+    writer.close()
+    _, series = read(tmp_path / "vdl")
+    assert series("scalar", "table_bytes/0/held")[0].value == 160
+    assert series("scalar", "table_bytes/1/held")[0].value == 20 * (4 + 4)
+    assert series("scalar", "table_bytes/total/estimated")[0].value == 160 + 160
+
+
+def test_unwritable_logdir_fails_at_start(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(MonitorError, match="monitor.logdir = .*cannot be written"):
+        open_log_writer(blocker / "vdl")
+    config = small_synthetic_config(tmp_path / "run")
+    config["monitor"].update(enable=True, logdir=str(blocker / "vdl"))
+    with pytest.raises(MonitorError, match="is a file"):
+        Engine(config)  # before any training
+    config["monitor"]["logdir"] = str(tmp_path / "later" / "vdl")
+    engine = Engine(config)
+    assert not (tmp_path / "later").exists()  # made at the first write, not before
+    if os.geteuid() != 0:  # root writes anywhere; the blocked path above covers it
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        with pytest.raises(MonitorError):
+            open_log_writer(locked / "vdl")
+
+
+def test_a_model_without_embeddings_warns_and_goes_on(tmp_path, caplog):
+    writer = open_log_writer(tmp_path / "vdl")
+    monitor = SparseGradMonitor(writer)
+    model = paddle.nn.Linear(3, 1)
+    model(paddle.ones([2, 3])).sum().backward()
+    monitor.step(model, 1)
+    monitor.step_end(model, 1)
+    assert "no embedding layers" in caplog.text
+
+
+def test_engine_runs_with_monitoring_from_config(tmp_path):
+    config = small_synthetic_config(tmp_path / "run", epochs=1)
+    config["monitor"].update(enable=True, every_n_steps=5)
+    engine = Engine(config)
+    results = engine.fit()
+    tags, series = read(tmp_path / "run" / "vdl")
+    steps = len(engine.train_batches)
+    assert sorted(series("scalar", "sparse/embeddings.f0/rows_touched")) == list(range(5, steps + 1, 5))
+    assert "sparse/first_order.f2/never_updated_lookup_share_pct" in tags["scalar"]
+    assert "table_bytes/total/held" in tags["scalar"]
+    assert 0 < series("scalar", "sparse/embeddings.f0/coverage_pct")[35].value <= 100
+    assert np.isfinite(results["test_auc"])

@@ -1,0 +1,229 @@
+"""Benchmarks, reported as ratios measured side by side in one run.
+
+  python tools/bench.py quantized [--quick] [--out docs/benchmarks]
+  python tools/bench.py monitor [--repeats 5]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from paddle_edo.benchmark import steady_malloc  # noqa: E402
+
+MALLOC = steady_malloc()  # before Paddle allocates anything
+
+import numpy as np  # noqa: E402
+import paddle  # noqa: E402
+import paddle.nn.functional as F  # noqa: E402
+
+from paddle_edo import load_config, memory_report  # noqa: E402
+from paddle_edo.benchmark import side_by_side  # noqa: E402
+from paddle_edo.data import zipf_ids  # noqa: E402
+from paddle_edo.engine import Engine  # noqa: E402
+from paddle_edo.nn import QuantizedEmbedding  # noqa: E402
+from paddle_edo.quant import FORMATS  # noqa: E402
+from paddle_edo.runtime import gpu_available, select_device, set_num_threads  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def lookup_benchmark(rows: int, dim: int, batch: int, fields: int, alpha: float, repeats: int) -> dict:
+    """Lookup time of each format against paddle.nn.Embedding fp32 on the same Zipf ids, in dygraph
+    and under to_static; bytes held of each table."""
+    paddle.seed(0)
+    baseline = paddle.nn.Embedding(rows, dim)
+    ids = paddle.to_tensor(zipf_ids(rows, (batch, fields), alpha, np.random.default_rng(0)))
+    spec = [paddle.static.InputSpec([None, fields], "int64")]
+
+    def tables() -> dict[str, paddle.nn.Layer]:
+        """Fresh layers: to_static converts a layer in place, so dygraph and static need their own."""
+        fp32 = paddle.nn.Embedding(rows, dim)
+        fp32.weight.set_value(baseline.weight)
+        made = {"fp32": fp32}
+        for name in FORMATS:
+            made[name] = QuantizedEmbedding.from_embedding(baseline, name)
+            made[name].eval()
+        return made
+
+    layers = tables()
+    held = {name: memory_report(paddle.nn.Sequential(layer)).held_bytes for name, layer in layers.items()}
+    static = {name: paddle.jit.to_static(layer, input_spec=spec, full_graph=True) for name, layer in tables().items()}
+    int8 = layers["int8"]
+    params = F.embedding(ids, int8.row_params).astype("float32")
+    candidates = {f"dygraph {n}": (lambda layer=layer: layer(ids)) for n, layer in layers.items()}
+    candidates.update({f"to_static {n}": (lambda layer=layer: layer(ids)) for n, layer in static.items()})
+    # how low a pure-Paddle int8 path can go: the gather and cast alone, no scale or bias yet
+    candidates["dygraph int8 gather+cast only"] = lambda: F.embedding(ids, int8.codes).astype("float32")
+    candidates["dygraph int8 lerp decode"] = lambda: paddle.lerp(
+        params[..., 1:] + 128.0 * params[..., :1], params[..., 1:] + 129.0 * params[..., :1],
+        F.embedding(ids, int8.codes).astype("float32"))
+    sync = paddle.device.synchronize if gpu_available() else None
+    ms = side_by_side(candidates, repeats=repeats, sync=sync)
+    return {"settings": {"rows": rows, "dim": dim, "ids": [batch, fields], "zipf_alpha": alpha, "repeats": repeats,
+                         "malloc": MALLOC, "device": paddle.get_device()},
+            "ms": ms, "held_bytes": held,
+            "speed_vs_fp32": {k: ms[f"{k.split()[0]} fp32"] / v for k, v in ms.items()},
+            "bytes_ratio_vs_fp32": {n: held["fp32"] / b for n, b in held.items()}}
+
+
+QUALITY_RUNS = [("fp32", "adam", {"type": "dense"})] + [
+    (f"{dtype} {mode}", "adam", {"type": "quantized", "dtype": dtype, "mode": mode})
+    for mode in ("ptq", "qat") for dtype in FORMATS] + [
+    ("fp32 (adagrad)", "adagrad", {"type": "dense"})] + [
+    (f"{dtype} low_precision", "adagrad", {"type": "quantized", "dtype": dtype, "mode": "low_precision"})
+    for dtype in ("fp16", "bf16", "int8")]
+QUICK_RUNS = {"fp32", "int8 ptq", "int4 qat", "fp32 (adagrad)", "int8 low_precision"}
+
+
+def quality_benchmark(quick: bool, epochs: int | None) -> list[dict]:
+    """Test AUC and bytes held on MovieLens-100K for every format and mode, same seed and model."""
+    logging.getLogger("paddle_edo").setLevel(logging.WARNING)
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, optimizer, embedding in QUALITY_RUNS:
+            if quick and name not in QUICK_RUNS:
+                continue
+            overrides = [f"train.output_dir={tmp}/{len(results)}", f"train.optimizer={optimizer}",
+                         "train.log_every_steps=100000", "monitor.enable=false"]
+            if optimizer == "adagrad":
+                overrides.append("train.learning_rate=0.02")
+            if epochs:
+                overrides.append(f"train.epochs={epochs}")
+            overrides += [f"embedding.{k}={v}" for k, v in embedding.items()]
+            config = load_config(ROOT / "configs" / "movielens_dense.yaml", overrides)
+            engine = Engine(config)
+            metrics = engine.fit()
+            held = engine.memory_report().held_bytes
+            results.append({"name": name, "optimizer": optimizer, "test_auc": metrics["test_auc"],
+                            "test_logloss": metrics["test_logloss"], "held_bytes": held})
+            print(f"  {name:22s} auc {metrics['test_auc']:.4f}  tables {held:,} B", flush=True)
+    baselines = {r["optimizer"]: r for r in results if r["name"].startswith("fp32")}
+    for r in results:
+        base = baselines[r["optimizer"]]
+        r["auc_delta"] = r["test_auc"] - base["test_auc"]
+        r["bytes_ratio"] = base["held_bytes"] / r["held_bytes"]
+    return results
+
+
+def markdown(lookup: dict, quality: list[dict]) -> str:
+    lines = ["| format | bytes vs fp32 (1e6 x 64) | dygraph speed vs fp32 | to_static speed vs fp32 | "
+             "dygraph ms | to_static ms |", "|---|---|---|---|---|---|"]
+    for name in ["fp32", *FORMATS]:
+        dy, st = f"dygraph {name}", f"to_static {name}"
+        lines.append(f"| {name} | {lookup['bytes_ratio_vs_fp32'][name]:.2f}x | {lookup['speed_vs_fp32'][dy]:.2f}x | "
+                     f"{lookup['speed_vs_fp32'][st]:.2f}x | {lookup['ms'][dy]:.2f} | {lookup['ms'][st]:.2f} |")
+    for extra in ("dygraph int8 gather+cast only", "dygraph int8 lerp decode"):
+        lines.append(f"| {extra.replace('dygraph ', '')} | | {lookup['speed_vs_fp32'][extra]:.2f}x | | "
+                     f"{lookup['ms'][extra]:.2f} | |")
+    lines += ["", "| run (MovieLens-100K, DeepFM) | test AUC | AUC delta vs fp32 | table bytes | bytes vs fp32 |",
+              "|---|---|---|---|---|"]
+    for r in quality:
+        lines.append(f"| {r['name']} | {r['test_auc']:.4f} | {r['auc_delta']:+.4f} | {r['held_bytes']:,} | "
+                     f"{r['bytes_ratio']:.2f}x |")
+    return "\n".join(lines)
+
+
+def plot(lookup: dict, quality: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    names = ["fp32", *FORMATS]
+    x = np.arange(len(names))
+    left.bar(x - 0.2, [lookup["speed_vs_fp32"][f"dygraph {n}"] for n in names], 0.4, label="dygraph")
+    left.bar(x + 0.2, [lookup["speed_vs_fp32"][f"to_static {n}"] for n in names], 0.4, label="to_static")
+    for i, n in enumerate(names):
+        left.text(i, 0.02, f"{lookup['bytes_ratio_vs_fp32'][n]:.1f}x\nsmaller", ha="center", fontsize=7)
+    left.axhline(1.0, color="gray", lw=0.8)
+    left.set_xticks(x, names)
+    left.set_ylabel("lookup speed vs paddle.nn.Embedding fp32 (higher is faster)")
+    left.set_title(f"1e6 x 64 table, {lookup['settings']['ids'][0]} x {lookup['settings']['ids'][1]} Zipf ids")
+    left.legend()
+    for r in quality:
+        marker = "o" if r["optimizer"] == "adam" else "s"
+        right.scatter(r["bytes_ratio"], r["auc_delta"], marker=marker)
+        right.annotate(r["name"], (r["bytes_ratio"], r["auc_delta"]), fontsize=7, xytext=(3, 3),
+                       textcoords="offset points")
+    right.axhline(0.0, color="gray", lw=0.8)
+    right.set_xscale("log")
+    right.set_xlabel("table bytes: fp32 / format (log)")
+    right.set_ylabel("test AUC - fp32 test AUC")
+    right.set_title("MovieLens-100K DeepFM (circles: adam; squares: adagrad)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def monitor_benchmark(repeats: int) -> dict:
+    """Training-loop time on MovieLens-100K with monitoring off, every 10 steps and every step, runs
+    interleaved; median epoch seconds and the overhead against no monitoring."""
+    logging.getLogger("paddle_edo").setLevel(logging.WARNING)
+    variants = {"off": ["monitor.enable=false"],
+                "every 100 steps": ["monitor.enable=true", "monitor.every_n_steps=100"],
+                "every 10 steps": ["monitor.enable=true", "monitor.every_n_steps=10"],
+                "every step": ["monitor.enable=true", "monitor.every_n_steps=1"]}
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(repeats):
+            for name, overrides in variants.items():
+                config = load_config(ROOT / "configs" / "movielens_dense.yaml",
+                                     [f"train.output_dir={tmp}/{repeat}-{name.replace(' ', '_')}", "train.epochs=1",
+                                      "train.log_every_steps=100000", *overrides])
+                engine = Engine(config)
+                engine.fit()
+                seconds[name].append(engine.history[0]["seconds"])
+                print(f"  {name:15s} {seconds[name][-1]:.2f} s", flush=True)
+    median = {name: float(np.median(v)) for name, v in seconds.items()}
+    return {"epoch_seconds": seconds, "median_seconds": median,
+            "overhead_pct": {name: 100.0 * (median[name] / median["off"] - 1.0) for name in variants}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    quantized = sub.add_parser("quantized", help="quantized tables: AUC, bytes and lookup speed vs fp32")
+    quantized.add_argument("--quick", action="store_true", help="fewer runs, smaller table (a smoke test)")
+    quantized.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
+    quantized.add_argument("--repeats", type=int, default=21)
+    quantized.add_argument("--threads", type=int, default=2)
+    monitor = sub.add_parser("monitor", help="cost of VisualDL monitoring on the MovieLens training loop")
+    monitor.add_argument("--repeats", type=int, default=5)
+    monitor.add_argument("--threads", type=int, default=2)
+    monitor.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
+    args = parser.parse_args(argv)
+    select_device("auto")
+    set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.what == "monitor":
+        print(f"monitor overhead: MovieLens-100K, 1 epoch x {args.repeats}, {args.threads} threads, {MALLOC}")
+        result = monitor_benchmark(args.repeats)
+        (out / "monitor.json").write_text(json.dumps(result, indent=2))
+        for name, pct in result["overhead_pct"].items():
+            print(f"| {name} | {result['median_seconds'][name]:.2f} s | {pct:+.1f}% |")
+        return 0
+    rows = 100_000 if args.quick else 1_000_000
+    print(f"lookups: {rows} x 64 table, 4096 x 26 Zipf(1.05) ids, {args.threads} threads, {MALLOC}", flush=True)
+    lookup = lookup_benchmark(rows, 64, 4096, 26, 1.05, 5 if args.quick else args.repeats)
+    lookup["settings"]["threads"] = args.threads
+    print("quality: MovieLens-100K, configs/movielens_dense.yaml with each embedding", flush=True)
+    quality = quality_benchmark(args.quick, 1 if args.quick else None)
+    (out / "quantized.json").write_text(json.dumps({"lookup": lookup, "quality": quality}, indent=2))
+    table = markdown(lookup, quality)
+    (out / "quantized.md").write_text(table + "\n")
+    plot(lookup, quality, out / "quantized.png")
+    print(table)
+    print(f"wrote {out / 'quantized.json'}, {out / 'quantized.md'}, {out / 'quantized.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("GLOG_minloglevel", "2")
+    sys.exit(main())
