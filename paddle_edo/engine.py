@@ -17,12 +17,13 @@ from . import runtime
 from .callbacks import Callback
 from .checkpoint import CheckpointError, load_checkpoint, load_model_state, save_checkpoint
 from .config import dump_config
-from .data import CTRBatches, CTRTable, load_dataset, make_loader
+from .data import CTRBatches, CTRTable, count_frequencies, load_dataset, make_loader
 from .memory import embedding_layers, memory_report
 from .metrics import auc, logloss
 from .models import build_model
 from .monitor import monitors_from_config
 from .nn.quantized import QuantizedEmbedding
+from .nn.registry import embedding_class
 from .quant.convert import pack_trained, row_updated_tables
 from .progress import ProgressBar
 
@@ -72,8 +73,11 @@ class Engine:
         # Parameter and optimizer-state names come from this engine's own generator, so they are the
         # same in every run of the experiment and a checkpoint's optimizer state loads by name.
         self._names = UniqueNameGenerator()
+        frequencies = None
+        if getattr(embedding_class(config["embedding"]["type"]), "needs_frequencies", False):
+            frequencies = count_frequencies(self.splits.train)  # embedding.frequencies: train
         with unique_name.guard(self._names):
-            self.model = build_model(self.fields, config)
+            self.model = build_model(self.fields, config, frequencies)
             self.optimizer = build_optimizer(config, self.model)
         self.table_learning_rate = train["embedding_learning_rate"] or train["learning_rate"]
         self.row_tables = row_updated_tables(self.model)

@@ -4,9 +4,9 @@ from .ctr import DeepFM
 MODELS = {"deepfm": DeepFM}
 
 
-def build_model(fields, config):
-    """The model a validated config names, for these fields."""
-    return MODELS[config["model"]["name"]].from_config(fields, config)
+def build_model(fields, config, frequencies=None):
+    """The model a validated config names, for these fields (``frequencies``: id counts per field)."""
+    return MODELS[config["model"]["name"]].from_config(fields, config, frequencies)
 
 
 __all__ = ["DeepFM", "MODELS", "build_model"]

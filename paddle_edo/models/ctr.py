@@ -19,19 +19,21 @@ class DeepFM(nn.Layer):
 
     def __init__(self, fields: Sequence[FieldSpec], embedding: dict[str, Any],
                  hidden_units: Sequence[int] = (256, 128), dropout: float = 0.0, first_order: bool = True,
-                 fm: bool = True, pooling: str = "mean") -> None:
+                 fm: bool = True, pooling: str = "mean",
+                 frequencies: dict[str, Any] | None = None) -> None:
         super().__init__()
         if pooling not in ("mean", "sum"):
             raise ValueError(f"DeepFM: pooling = {pooling!r}; expected 'mean' or 'sum'")
         self.fields = list(fields)
         self.pooling = pooling
         self.use_fm = fm
-        self.embeddings = nn.LayerDict({f.name: build_embedding(embedding, f.vocab_size, padding_idx=0)
+        frequencies = frequencies or {}
+        self.embeddings = nn.LayerDict({f.name: build_embedding(embedding, f.vocab_size, 0, frequencies.get(f.name))
                                         for f in self.fields})
         self.first_order = None
         if first_order:
-            self.first_order = nn.LayerDict({f.name: build_embedding({**embedding, "dim": 1}, f.vocab_size,
-                                                                     padding_idx=0) for f in self.fields})
+            self.first_order = nn.LayerDict({f.name: build_embedding({**embedding, "dim": 1}, f.vocab_size, 0,
+                                                                     frequencies.get(f.name)) for f in self.fields})
         dim = embedding["dim"]
         layers: list[nn.Layer] = []
         width = dim * len(self.fields)
@@ -44,10 +46,11 @@ class DeepFM(nn.Layer):
         self.mlp = nn.Sequential(*layers)
 
     @classmethod
-    def from_config(cls, fields: Sequence[FieldSpec], config: dict[str, Any]) -> "DeepFM":
+    def from_config(cls, fields: Sequence[FieldSpec], config: dict[str, Any],
+                    frequencies: dict[str, Any] | None = None) -> "DeepFM":
         model = config["model"]
         return cls(fields, config["embedding"], model["hidden_units"], model["dropout"], model["first_order"],
-                   model["fm"], model["pooling"])
+                   model["fm"], model["pooling"], frequencies)
 
     def table_fields(self) -> dict[str, str]:
         """Sublayer name of each table -> the field whose ids it looks up (for monitors)."""

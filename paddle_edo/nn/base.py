@@ -86,3 +86,31 @@ class EmbeddingBase(paddle.nn.Layer):
     def extra_repr(self) -> str:
         return (f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}, "
                 f"sparse={self.sparse}, dtype={self.storage_dtype}")
+
+
+class CompositeEmbedding(EmbeddingBase):
+    """A layer built from inner tables (DenseEmbedding children, which quantize() can swap): its
+    bytes are its tables' plus its own parameters and buffers."""
+
+    def tables(self) -> list[EmbeddingBase]:
+        return [layer for layer in self.children() if isinstance(layer, EmbeddingBase)]
+
+    @property
+    def storage_dtype(self) -> str:
+        return "+".join(sorted({t.storage_dtype for t in self.tables()}))
+
+    def own_bytes(self) -> int:
+        """Bytes of parameters and buffers outside the inner tables (projections, id maps)."""
+        inner = {id(p) for t in self.tables() for p in [*t.parameters(), *t.buffers()]}
+        return sum(int(p.size) * p.element_size() for p in [*self.parameters(), *self.buffers()]
+                   if id(p) not in inner)
+
+    def estimated_bytes(self) -> int:
+        return sum(t.estimated_bytes() for t in self.tables()) + self.own_bytes()
+
+    def zero_padding(self, ids: paddle.Tensor, vectors: paddle.Tensor) -> paddle.Tensor:
+        """Padding ids get exactly zero vectors."""
+        if self.padding_idx is None:
+            return vectors
+        keep = (ids != self.padding_idx).astype(vectors.dtype).unsqueeze(-1)
+        return vectors * keep

@@ -46,8 +46,12 @@ def check_embedding_section(path: str, values: Any) -> dict[str, Any]:
     return check_section(path, values, {**COMMON_OPTIONS, **cls.config_options})
 
 
-def build_embedding(options: dict[str, Any], num_embeddings: int, padding_idx: int | None = None
-                    ) -> "EmbeddingBase":
-    """Build the layer an ``embedding`` config section names, for a table of num_embeddings rows."""
+def build_embedding(options: dict[str, Any], num_embeddings: int, padding_idx: int | None = None,
+                    frequencies: Any = None) -> "EmbeddingBase":
+    """Build the layer an ``embedding`` config section names, for a table of num_embeddings rows;
+    ``frequencies`` (a count per id) reaches the layers that need them."""
     options = check_embedding_section("embedding", options)
-    return embedding_class(options["type"]).from_config(num_embeddings, options, padding_idx=padding_idx)
+    cls = embedding_class(options["type"])
+    if getattr(cls, "needs_frequencies", False):
+        return cls.from_config(num_embeddings, options, padding_idx=padding_idx, frequencies=frequencies)
+    return cls.from_config(num_embeddings, options, padding_idx=padding_idx)

@@ -1,0 +1,90 @@
+"""MixedDimEmbedding: frequent ids get wide rows, rare ids narrow ones, projected to a common width."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import paddle
+
+from ..schema import Option
+from .base import CompositeEmbedding
+from .dense import DenseEmbedding
+from .registry import register_embedding
+
+
+def block_layout(frequencies: np.ndarray, embedding_dim: int, num_blocks: int, alpha: float, min_dim: int
+                 ) -> tuple[np.ndarray, list[int], list[int]]:
+    """Rank ids by frequency (most frequent first) and cut the ranking into geometric blocks
+    (block i ends at N^((i+1)/K)); a block's width is D x (its mean frequency / the first block's)^alpha,
+    as in Ginart et al. (mixed-dimension embeddings). Returns (rank of each id, block ends, widths)."""
+    n = len(frequencies)
+    order = np.argsort(-np.asarray(frequencies, dtype=np.float64), kind="stable")
+    rank = np.empty(n, dtype=np.int32)
+    rank[order] = np.arange(n, dtype=np.int32)
+    ends = sorted({min(n, max(1, int(round(n ** ((i + 1) / num_blocks))))) for i in range(num_blocks)} | {n})
+    starts = [0, *ends[:-1]]
+    counts = np.asarray(frequencies, dtype=np.float64)[order]
+    popularity = [counts[s:e].mean() + 1e-12 for s, e in zip(starts, ends)]
+    dims = [int(np.clip(round(embedding_dim * (p / popularity[0]) ** alpha), min_dim, embedding_dim))
+            for p in popularity]
+    return rank, ends, dims
+
+
+@register_embedding("mixed_dim")
+class MixedDimEmbedding(CompositeEmbedding):
+    """Rows ranked by frequency into blocks, each block a table of its own width and a projection to
+    ``embedding_dim``. Needs the training frequencies of the ids (``paddle_edo.data.count_frequencies``;
+    configs: ``frequencies: train``)."""
+
+    needs_frequencies = True
+    config_options = {
+        "num_blocks": Option(4, int, low=1, high=16),
+        "alpha": Option(0.5, float, low=0.0, high=2.0, doc="width ~ popularity^alpha"),
+        "min_dim": Option(2, int, low=1),
+        "frequencies": Option("train", str, choices=("train",), doc="where the id frequencies come from"),
+    }
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, frequencies: Sequence[float] | np.ndarray,
+                 num_blocks: int = 4, alpha: float = 0.5, min_dim: int = 2, padding_idx: int | None = None,
+                 sparse: bool = True, init_std: float = 0.01) -> None:
+        super().__init__(num_embeddings, embedding_dim, padding_idx, sparse)
+        frequencies = np.asarray(frequencies)
+        if frequencies.shape != (num_embeddings,):
+            raise ValueError(f"{type(self).__name__}: frequencies has shape {frequencies.shape}, expected "
+                             f"({num_embeddings},): one count per id")
+        if (frequencies < 0).any():
+            raise ValueError(f"{type(self).__name__}: frequencies must be >= 0")
+        rank, ends, dims = block_layout(frequencies, embedding_dim, num_blocks, alpha, min_dim)
+        self.block_ends, self.block_dims = ends, dims
+        self.register_buffer("rank", paddle.to_tensor(rank))
+        self.register_buffer("block_starts", paddle.to_tensor(np.array([0, *ends[:-1]], dtype=np.int32)))
+        self.blocks = paddle.nn.LayerList()
+        self.projections = paddle.nn.LayerList()
+        for start, end, width in zip([0, *ends[:-1]], ends, dims):
+            # one extra row at the end: ids outside the block look it up, get zeros and no gradient
+            self.blocks.append(DenseEmbedding(end - start + 1, width, padding_idx=end - start, sparse=sparse,
+                                              init_std=init_std))
+            self.projections.append(paddle.nn.Linear(width, embedding_dim, bias_attr=False)
+                                    if width < embedding_dim else paddle.nn.Identity())
+
+    def tables(self):
+        return list(self.blocks)
+
+    @classmethod
+    def from_config(cls, num_embeddings, options, padding_idx=None, frequencies=None):
+        if frequencies is None:
+            raise ValueError("embedding.type 'mixed_dim' needs id frequencies (embedding.frequencies: train)")
+        return cls(num_embeddings, options["dim"], frequencies, options["num_blocks"], options["alpha"],
+                   options["min_dim"], padding_idx, options["sparse"])
+
+    def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
+        rank = paddle.gather(self.rank, ids.flatten()).reshape(ids.shape)
+        out = None
+        for index, (block, projection) in enumerate(zip(self.blocks, self.projections)):
+            size = block.num_embeddings - 1
+            local = rank - self.block_starts[index]
+            outside = paddle.logical_or(local < 0, local >= size)
+            local = paddle.where(outside, paddle.full_like(local, size), local).astype("int64")
+            vectors = projection(block(local))
+            out = vectors if out is None else out + vectors
+        return self.zero_padding(ids, out)

@@ -1,0 +1,145 @@
+"""Fewer rows than ids: hashing (HashEmbedding) and the quotient-remainder trick (QREmbedding)."""
+from __future__ import annotations
+
+import numpy as np
+import paddle
+
+from ..schema import Option
+from .base import CompositeEmbedding, dtype_name
+from .dense import DenseEmbedding
+from .registry import register_embedding
+
+HASH_PRIME = 2**31 - 1
+_CHUNK = 1 << 16
+
+
+def hash_coefficients(num_hashes: int, seed: int) -> np.ndarray:
+    """[num_hashes, 5] int64: four multipliers and an offset per hash, drawn in [1, p) from a fixed seed."""
+    return np.random.default_rng(seed).integers(1, HASH_PRIME, size=(num_hashes, 5), dtype=np.int64)
+
+
+def hash_ids_numpy(ids: np.ndarray, coefficients: np.ndarray, buckets: int) -> np.ndarray:
+    """Reference of HashEmbedding's hash in numpy: [..., num_hashes] bucket ids."""
+    x = np.asarray(ids, dtype=np.int64)
+    chunks = [(x >> (16 * k)) & 0xFFFF for k in range(4)]
+    out = []
+    for a in coefficients:
+        h = a[4] + sum(a[k] * chunks[k] for k in range(4))
+        out.append(h % HASH_PRIME % buckets)
+    return np.stack(out, axis=-1)
+
+
+@register_embedding("hash")
+class HashEmbedding(CompositeEmbedding):
+    """Any int64 id -> ``num_hashes`` rows of a ``num_buckets``-row table, combined (sum, mean, concat).
+
+    The hashes are universal (multilinear over the id's four 16-bit pieces, modulo the prime 2^31 - 1,
+    coefficients from a fixed seed), computed with Paddle integer ops, so dygraph, static graph and
+    Paddle Inference agree. Unbounded id spaces need no vocabulary; ids are not range-checked.
+    """
+
+    config_options = {
+        "num_buckets": Option(None, int, low=1, nullable=True, doc="rows of the shared table (default: rows / 10)"),
+        "num_hashes": Option(2, int, low=1, high=8),
+        "combine": Option("sum", str, choices=("sum", "mean", "concat")),
+        "seed": Option(0, int, low=0),
+    }
+
+    def __init__(self, num_buckets: int, embedding_dim: int, num_hashes: int = 2, combine: str = "sum",
+                 padding_idx: int | None = None, sparse: bool = True, seed: int = 0, init_std: float = 0.01) -> None:
+        name = type(self).__name__
+        if combine not in ("sum", "mean", "concat"):
+            raise ValueError(f"{name}: combine = {combine!r}; expected 'sum', 'mean' or 'concat'")
+        if isinstance(num_hashes, bool) or not isinstance(num_hashes, int) or num_hashes < 1:
+            raise ValueError(f"{name}: num_hashes = {num_hashes!r} must be an integer >= 1")
+        if combine == "concat" and embedding_dim % num_hashes:
+            raise ValueError(f"{name}: combine 'concat' needs embedding_dim ({embedding_dim}) divisible by "
+                             f"num_hashes ({num_hashes})")
+        super().__init__(num_buckets, embedding_dim, None, sparse)
+        self.padding_idx = padding_idx  # an id, not a row: any int64 may be the padding id
+        self.num_hashes, self.combine, self.seed = num_hashes, combine, seed
+        width = embedding_dim // num_hashes if combine == "concat" else embedding_dim
+        self.table = DenseEmbedding(num_buckets, width, sparse=sparse, init_std=init_std)
+        self.register_buffer("coefficients", paddle.to_tensor(hash_coefficients(num_hashes, seed)))
+        # int64 constants live in tensors: to_static stores Python scalars as float32 (2^31 - 1 became 2^31)
+        self.register_buffer("moduli", paddle.to_tensor(np.array([HASH_PRIME, num_buckets], dtype=np.int64)))
+
+    @classmethod
+    def from_config(cls, num_embeddings, options, padding_idx=None):
+        buckets = options["num_buckets"] or max(1, num_embeddings // 10)
+        return cls(buckets, options["dim"], options["num_hashes"], options["combine"], padding_idx,
+                   options["sparse"], options["seed"])
+
+    def check_ids(self, ids: paddle.Tensor) -> None:
+        if ids.dtype not in (paddle.int32, paddle.int64):
+            raise TypeError(f"{self.full_name()}: ids must be int32 or int64, got {dtype_name(ids.dtype)}")
+
+    def bucket_ids(self, ids: paddle.Tensor) -> paddle.Tensor:
+        """[..., num_hashes] rows of the shared table for each id. Written without Python loops:
+        to_static turns loops into graph loops, and those changed the results here."""
+        x0 = ids.astype("int64")
+        mask = paddle.full_like(x0, 0xFFFF)
+        c0 = paddle.bitwise_and(x0, mask)
+        x1 = (x0 - c0) // _CHUNK  # exact: an arithmetic shift by 16
+        c1 = paddle.bitwise_and(x1, mask)
+        x2 = (x1 - c1) // _CHUNK
+        c2 = paddle.bitwise_and(x2, mask)
+        c3 = paddle.bitwise_and((x2 - c2) // _CHUNK, mask)
+        pieces = paddle.stack([c0, c1, c2, c3], axis=-1).unsqueeze(-2)        # [..., 1, 4]
+        h = (pieces * self.coefficients[:, :4]).sum(axis=-1) + self.coefficients[:, 4]  # [..., num_hashes]
+        return paddle.remainder(paddle.remainder(h, self.moduli[0]), self.moduli[1])
+
+    def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
+        vectors = self.table(self.bucket_ids(ids))          # [..., num_hashes, width]
+        if self.combine == "concat":
+            out = vectors.flatten(start_axis=-2)
+        else:
+            out = vectors.sum(axis=-2) if self.combine == "sum" else vectors.mean(axis=-2)
+        return self.zero_padding(ids, out)
+
+
+@register_embedding("qr")
+class QREmbedding(CompositeEmbedding):
+    """Quotient-remainder embedding (Shi et al. 2020): id -> (id // m, id % m), two small tables whose
+    rows are combined (``mult``, ``add`` or ``concat``), so every id keeps a unique vector with tables of
+    about 2 sqrt(N) rows when m ~ sqrt(N)."""
+
+    config_options = {
+        "num_collisions": Option(None, int, low=1, nullable=True, doc="m; default: ceil(sqrt(rows))"),
+        "operation": Option("mult", str, choices=("mult", "add", "concat")),
+    }
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, num_collisions: int = 4, operation: str = "mult",
+                 padding_idx: int | None = None, sparse: bool = True, init_std: float = 0.01) -> None:
+        name = type(self).__name__
+        if isinstance(num_collisions, bool) or not isinstance(num_collisions, int) or num_collisions < 1:
+            raise ValueError(f"{name}: num_collisions = {num_collisions!r} must be an integer >= 1")
+        if operation not in ("mult", "add", "concat"):
+            raise ValueError(f"{name}: operation = {operation!r}; expected 'mult', 'add' or 'concat'")
+        if operation == "concat" and embedding_dim % 2:
+            raise ValueError(f"{name}: operation 'concat' needs an even embedding_dim, got {embedding_dim}")
+        super().__init__(num_embeddings, embedding_dim, padding_idx, sparse)
+        self.num_collisions, self.operation = num_collisions, operation
+        # an int64 tensor, not a Python scalar: to_static would store the scalar as float32
+        self.register_buffer("collisions", paddle.to_tensor(np.array([num_collisions], dtype=np.int64)))
+        width = embedding_dim // 2 if operation == "concat" else embedding_dim
+        # mult starts near 1 x small so products are not vanishingly small
+        self.quotient = DenseEmbedding(-(-num_embeddings // num_collisions), width, sparse=sparse,
+                                       init_std=1.0 if operation == "mult" else init_std)
+        self.remainder = DenseEmbedding(num_collisions, width, sparse=sparse, init_std=init_std)
+
+    @classmethod
+    def from_config(cls, num_embeddings, options, padding_idx=None):
+        m = options["num_collisions"] or int(np.ceil(np.sqrt(num_embeddings)))
+        return cls(num_embeddings, options["dim"], m, options["operation"], padding_idx, options["sparse"])
+
+    def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
+        ids = ids.astype("int64")
+        q, r = self.quotient(ids // self.collisions), self.remainder(paddle.remainder(ids, self.collisions))
+        if self.operation == "mult":
+            out = q * r
+        elif self.operation == "add":
+            out = q + r
+        else:
+            out = paddle.concat([q, r], axis=-1)
+        return self.zero_padding(ids, out)

@@ -1,0 +1,171 @@
+import numpy as np
+import paddle
+import pytest
+
+from paddle_edo import memory_report, quantize
+from paddle_edo.data import FieldSpec
+from paddle_edo.engine import Engine
+from paddle_edo.export import Predictor, export_model, input_specs, to_static
+from paddle_edo.nn import HashEmbedding, MixedDimEmbedding, QREmbedding, QuantizedEmbedding
+from paddle_edo.nn.mixed_dim import block_layout
+from paddle_edo.nn.shared import hash_ids_numpy
+
+from conftest import small_synthetic_config
+
+EXTREME_IDS = np.array([0, 1, 2, -1, -5, 65535, 65536, 2**31 - 1, 2**32 + 7, 2**62 + 3, 2**63 - 1, -(2**63),
+                        987654321012], dtype=np.int64)
+
+
+def test_hash_buckets_match_the_reference_for_any_int64():
+    layer = HashEmbedding(1000, 8, num_hashes=3)
+    buckets = layer.bucket_ids(paddle.to_tensor(EXTREME_IDS)).numpy()
+    np.testing.assert_array_equal(buckets, hash_ids_numpy(EXTREME_IDS, layer.coefficients.numpy(), 1000))
+    assert buckets.min() >= 0 and buckets.max() < 1000
+    spread = hash_ids_numpy(np.arange(100_000), layer.coefficients.numpy(), 1000)[:, 0]
+    counts = np.bincount(spread, minlength=1000)
+    assert counts.min() > 50 and counts.max() < 160  # about 100 ids per bucket
+    assert HashEmbedding(1000, 8, num_hashes=3, seed=0).coefficients.numpy().tolist() == \
+        layer.coefficients.numpy().tolist()  # fixed seed: the same hashes in every process
+
+
+def test_hash_is_identical_in_dygraph_to_static_and_inference(tmp_path):
+    layer = HashEmbedding(50, 4, num_hashes=2, padding_idx=0)
+    layer.eval()
+    ids = paddle.to_tensor(EXTREME_IDS)
+    eager = layer.bucket_ids(ids).numpy()
+
+    class Buckets(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.hash = layer
+
+        def forward(self, x):
+            return self.hash.bucket_ids(x)
+
+    spec = [paddle.static.InputSpec([None], "int64")]
+    np.testing.assert_array_equal(paddle.jit.to_static(Buckets(), input_spec=spec, full_graph=True)(ids).numpy(),
+                                  eager)
+    paddle.jit.save(paddle.jit.to_static(Buckets(), input_spec=spec, full_graph=True), str(tmp_path / "h"))
+    served = Predictor(tmp_path / "h").run([EXTREME_IDS])
+    np.testing.assert_array_equal(served, eager)
+
+
+@pytest.mark.parametrize("combine", ["sum", "mean", "concat"])
+def test_hash_combines_its_rows(combine):
+    layer = HashEmbedding(97, 6, num_hashes=3, combine=combine, padding_idx=-1, init_std=1.0)
+    ids = np.array([5, -1, 2**40], dtype=np.int64)
+    out = layer(paddle.to_tensor(ids)).numpy()
+    rows = layer.table.weight.numpy()[hash_ids_numpy(ids, layer.coefficients.numpy(), 97)]
+    expected = {"sum": rows.sum(1), "mean": rows.mean(1), "concat": rows.reshape(3, -1)}[combine]
+    np.testing.assert_allclose(out[[0, 2]], expected[[0, 2]], rtol=1e-6)
+    np.testing.assert_array_equal(out[1], np.zeros(6, np.float32))  # the padding id (-1 here)
+
+
+def test_qr_gives_every_id_its_own_vector():
+    layer = QREmbedding(1000, 8, num_collisions=32, operation="mult", padding_idx=0)
+    assert layer.quotient.num_embeddings == 32 and layer.remainder.num_embeddings == 32  # ceil(1000 / 32)
+    vectors = layer(paddle.arange(1, 1000)).numpy()
+    assert len(np.unique(vectors.round(8), axis=0)) == 999
+    q, r = layer.quotient.weight.numpy(), layer.remainder.weight.numpy()
+    np.testing.assert_allclose(vectors[99], q[100 // 32] * r[100 % 32], rtol=1e-6)
+    np.testing.assert_array_equal(layer(paddle.to_tensor([0])).numpy(), np.zeros((1, 8), np.float32))
+    concat = QREmbedding(1000, 8, num_collisions=32, operation="concat")
+    assert concat(paddle.to_tensor([7])).shape == [1, 8] and concat.quotient.embedding_dim == 4
+
+
+def test_mixed_dim_gives_frequent_ids_wide_rows():
+    frequencies = np.zeros(1000)
+    frequencies[[7, 3, 500]] = [1000, 900, 800]
+    frequencies[10:] += np.arange(990)[::-1] / 100
+    rank, ends, dims = block_layout(frequencies, 32, 3, 0.5, 2)
+    assert rank[7] == 0 and rank[3] == 1 and rank[500] == 2
+    assert ends == [10, 100, 1000] and dims[0] == 32 and dims[1] < 32 and dims[2] <= dims[1]
+    layer = MixedDimEmbedding(1000, 32, frequencies, num_blocks=3, padding_idx=0)
+    ids = paddle.to_tensor([7, 12, 999, 0])
+    out = layer(ids).numpy()
+    block = layer.blocks[2]
+    local = rank[999] - 100
+    expected = block.weight.numpy()[local] @ layer.projections[2].weight.numpy()
+    np.testing.assert_allclose(out[2], expected, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(out[0], layer.blocks[0].weight.numpy()[0], rtol=1e-6)  # full width, no projection
+    np.testing.assert_array_equal(out[3], np.zeros(32, np.float32))
+
+
+def test_mixed_dim_updates_only_the_rows_looked_up():
+    layer = MixedDimEmbedding(200, 8, np.arange(200)[::-1].astype(float), num_blocks=2, padding_idx=0)
+    optimizer = paddle.optimizer.Adam(0.1, parameters=layer.parameters(), lazy_mode=True)
+    before = [b.weight.numpy().copy() for b in layer.blocks]
+    for _ in range(2):
+        layer(paddle.to_tensor([1, 150])).sum().backward()
+        optimizer.step()
+        optimizer.clear_grad()
+    # each block's last row is the dummy that ids outside the block look up (always read as zeros)
+    changed = [np.flatnonzero((b.weight.numpy()[:-1] != w[:-1]).any(1)).tolist()
+               for b, w in zip(layer.blocks, before)]
+    rank = layer.rank.numpy()
+    start = layer.block_ends[0]
+    assert changed == [[int(rank[1])], [int(rank[150]) - start]]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: HashEmbedding(300, 8, padding_idx=0),
+    lambda: QREmbedding(5000, 8, num_collisions=70, padding_idx=0),
+    lambda: MixedDimEmbedding(5000, 8, np.random.default_rng(0).zipf(1.5, 5000).astype(float), padding_idx=0)])
+def test_bytes_are_exact_and_quantize_reaches_the_inner_tables(make):
+    model = paddle.nn.Sequential(make())
+    report = memory_report(model)
+    assert report.tables[0].estimated_bytes == report.tables[0].held_bytes
+    ids = paddle.to_tensor([[1, 2, 0], [4, 3, 2]])
+    before = model(ids).numpy()
+    quantize(model, "int8")
+    inner = [l for l in model.sublayers() if isinstance(l, QuantizedEmbedding)]
+    assert inner and all(l.storage_dtype == "int8" for l in inner)
+    after = memory_report(model)
+    assert after.tables[0].dtype == "int8" and after.tables[0].estimated_bytes == after.tables[0].held_bytes
+    assert after.held_bytes < report.held_bytes
+    np.testing.assert_allclose(model(ids).numpy(), before, atol=0.02 * np.abs(before).max() + 1e-4)
+
+
+def test_shared_layers_export_to_inference(tmp_path):
+    fields = [FieldSpec("user", 3000), FieldSpec("tags", 40, max_len=3)]
+    frequencies = {"user": np.arange(3000)[::-1].astype(float), "tags": np.ones(40)}
+    ids = [np.array([1, 2, 2999], dtype=np.int64), np.array([[1, 2, 0], [3, 0, 0], [9, 8, 7]], dtype=np.int64)]
+    from paddle_edo.models import DeepFM
+    for embedding in ({"type": "hash", "num_buckets": 100}, {"type": "qr"}, {"type": "mixed_dim"}):
+        model = DeepFM(fields, {"dim": 8, **embedding}, hidden_units=[8], frequencies=frequencies)
+        quantize(model, "int4")
+        model.eval()
+        eager = model([paddle.to_tensor(i) for i in ids]).numpy()
+        static = to_static(model, input_specs(fields))([paddle.to_tensor(i) for i in ids]).numpy()
+        prefix = export_model(model, input_specs(fields), tmp_path / embedding["type"] / "model")
+        np.testing.assert_allclose(static, eager, atol=1e-6)
+        np.testing.assert_allclose(Predictor(prefix).run(ids), eager, atol=1e-6)
+
+
+def test_bad_arguments_name_the_argument():
+    with pytest.raises(ValueError, match="num_collisions = 0 must be an integer >= 1"):
+        QREmbedding(100, 8, num_collisions=0)
+    with pytest.raises(ValueError, match="operation = 'div'"):
+        QREmbedding(100, 8, operation="div")
+    with pytest.raises(ValueError, match="num_hashes = 0"):
+        HashEmbedding(100, 8, num_hashes=0)
+    with pytest.raises(ValueError, match="divisible by num_hashes"):
+        HashEmbedding(100, 9, num_hashes=2, combine="concat")
+    with pytest.raises(ValueError, match=r"frequencies has shape \(99,\), expected \(100,\)"):
+        MixedDimEmbedding(100, 8, np.ones(99))
+    with pytest.raises(IndexError, match="id -3 is out of range"):
+        QREmbedding(100, 8)(paddle.to_tensor([-3]))
+    with pytest.raises(TypeError, match="int32 or int64"):
+        HashEmbedding(100, 8)(paddle.to_tensor([1.0]))
+    HashEmbedding(100, 8)(paddle.to_tensor([-(2**63), 2**63 - 1]))  # any int64 is fine
+
+
+def test_mixed_dim_from_config_uses_training_frequencies(tmp_path):
+    config = small_synthetic_config(tmp_path / "run", epochs=1)
+    config["embedding"] = {"type": "mixed_dim", "dim": 8, "sparse": True, "num_blocks": 3, "alpha": 0.5,
+                           "min_dim": 2, "frequencies": "train"}
+    engine = Engine(config)
+    table = engine.model.embeddings["f0"]
+    counts = np.bincount(engine.splits.train.ids["f0"], minlength=500)
+    assert int(table.rank.numpy()[counts.argmax()]) == 0
+    assert engine.fit()["test_auc"] > 0.6
