@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -267,14 +266,9 @@ def _first_difference(path: str, old: Any, new: Any) -> str:
 
 
 def _attach_log_file(path: Path) -> logging.Handler:
-    """Log to the run's own train.log (and to stdout once per process)."""
+    """Log to the run's own train.log; console output is the application's choice (tools/ set it)."""
     log = logging.getLogger("paddle_edo")
     log.setLevel(logging.INFO)
-    if not any(getattr(h, "_paddle_edo_console", False) for h in log.handlers):
-        console = logging.StreamHandler(sys.stdout)
-        console.setFormatter(logging.Formatter("%(message)s"))
-        console._paddle_edo_console = True
-        log.addHandler(console)
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(handler)

@@ -1,14 +1,39 @@
 """What the command-line tools share: one-line errors and the results table."""
 from __future__ import annotations
 
+import argparse
 import contextlib
 import sys
 from typing import Any, Iterator
 
 
+def experiment_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The arguments every experiment tool takes: -c CONFIG and repeatable -o key.path=value."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-c", "--config", required=True, help="experiment YAML")
+    parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key, e.g. -o train.epochs=1 (repeatable)")
+    return parser
+
+
+def log_to_console() -> None:
+    """paddle_edo's log lines on stdout, once (libraries that configure the root logger don't double them)."""
+    import logging
+
+    log = logging.getLogger("paddle_edo")
+    if not any(getattr(h, "paddle_edo_console", False) for h in log.handlers):
+        console = logging.StreamHandler(sys.stdout)
+        console.setFormatter(logging.Formatter("%(message)s"))
+        console.paddle_edo_console = True
+        log.addHandler(console)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+
+
 @contextlib.contextmanager
 def fail_cleanly() -> Iterator[None]:
-    """Turn the toolkit's input errors into one line on stderr and exit status 2."""
+    """Turn the toolkit's input errors into one line on stderr and exit status 2; log to the console."""
+    log_to_console()
     from paddle_edo.checkpoint import CheckpointError
     from paddle_edo.data import DataError
     from paddle_edo.monitor import MonitorError

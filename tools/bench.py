@@ -1,6 +1,7 @@
 """Benchmarks, reported as ratios measured side by side in one run.
 
   python tools/bench.py quantized [--quick] [--out docs/benchmarks]
+  python tools/bench.py shared
   python tools/bench.py monitor [--repeats 5]
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np  # noqa: E402
 import paddle  # noqa: E402
 import paddle.nn.functional as F  # noqa: E402
 
-from paddle_edo import load_config, memory_report  # noqa: E402
+from paddle_edo import load_config, memory_report, quantize  # noqa: E402
 from paddle_edo.benchmark import side_by_side  # noqa: E402
 from paddle_edo.data import zipf_ids  # noqa: E402
 from paddle_edo.engine import Engine  # noqa: E402
@@ -112,6 +113,73 @@ def quality_benchmark(quick: bool, epochs: int | None) -> list[dict]:
     return results
 
 
+# Compressed methods apply to tables of at least 100 rows (user, item, zip): smaller fields stay fp32.
+SHARED_RUNS = [("fp32 dense", {"type": "dense"})] + [
+    (name, {**embedding, "min_rows": 100}) for name, embedding in [
+        ("int8", {"type": "quantized", "dtype": "int8"}),
+        ("int4 qat", {"type": "quantized", "dtype": "int4", "mode": "qat"}),
+        ("int2 qat", {"type": "quantized", "dtype": "int2", "mode": "qat"}),
+        ("binary qat", {"type": "quantized", "dtype": "binary", "mode": "qat"}),
+        ("hash 1/4", {"type": "hash", "bucket_fraction": 0.25}),
+        ("hash 1/10", {"type": "hash", "bucket_fraction": 0.1}),
+        ("hash 1/50", {"type": "hash", "bucket_fraction": 0.02}),
+        ("qr m=4", {"type": "qr", "num_collisions": 4}),
+        ("qr m=10", {"type": "qr", "num_collisions": 10}),
+        ("qr m=sqrt(N)", {"type": "qr"}),
+        ("qr m=sqrt(N) add", {"type": "qr", "operation": "add"}),
+        ("mixed_dim a=0.3", {"type": "mixed_dim", "alpha": 0.3}),
+        ("mixed_dim a=1", {"type": "mixed_dim", "alpha": 1.0}),
+        ("qr m=sqrt(N) + int8", {"type": "qr"}),
+    ]]
+
+
+def shared_benchmark() -> list[dict]:
+    """Test AUC against table bytes on MovieLens-100K for every compression method, same seed and model."""
+    logging.getLogger("paddle_edo").setLevel(logging.WARNING)
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, embedding in SHARED_RUNS:
+            overrides = [f"train.output_dir={tmp}/{len(results)}", "train.log_every_steps=100000",
+                         "monitor.enable=false", *[f"embedding.{k}={v}" for k, v in embedding.items()]]
+            engine = Engine(load_config(ROOT / "configs" / "movielens_dense.yaml", overrides))
+            metrics = engine.fit()
+            if name.endswith("+ int8"):  # compose: quantize the inner tables of the trained layers
+                quantize(engine.model, "int8")
+                metrics = {f"test_{k}": v for k, v in engine.evaluate("test").items()}
+            held = engine.memory_report().held_bytes
+            results.append({"name": name, "test_auc": metrics["test_auc"], "held_bytes": held})
+            print(f"  {name:18s} auc {metrics['test_auc']:.4f}  tables {held:,} B", flush=True)
+    base = results[0]
+    for r in results:
+        r["auc_delta"] = r["test_auc"] - base["test_auc"]
+        r["bytes_ratio"] = base["held_bytes"] / r["held_bytes"]
+    return results
+
+
+def plot_pareto(results: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for r in results:
+        ax.scatter(r["bytes_ratio"], r["test_auc"])
+        ax.annotate(r["name"], (r["bytes_ratio"], r["test_auc"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    front, best = [], -1.0
+    for r in sorted(results, key=lambda r: r["held_bytes"]):  # fewest bytes first: keep each AUC record
+        if r["test_auc"] > best:
+            best = r["test_auc"]
+            front.append(r)
+    ax.plot([r["bytes_ratio"] for r in front], [r["test_auc"] for r in front], "k--", lw=0.8, label="Pareto front")
+    ax.set_xscale("log")
+    ax.set_xlabel("table bytes: fp32 dense / method (log)")
+    ax.set_ylabel("test AUC")
+    ax.set_title("MovieLens-100K DeepFM: AUC against table memory")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def markdown(lookup: dict, quality: list[dict]) -> str:
     lines = ["| format | bytes vs fp32 (1e6 x 64) | dygraph speed vs fp32 | to_static speed vs fp32 | "
              "dygraph ms | to_static ms |", "|---|---|---|---|---|---|"]
@@ -193,6 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     quantized.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     quantized.add_argument("--repeats", type=int, default=21)
     quantized.add_argument("--threads", type=int, default=2)
+    quantized.add_argument("--lookups-only", action="store_true",
+                           help="rerun only the lookup timings (kept quality results are reused from --out)")
+    shared = sub.add_parser("shared", help="shared and compressed tables: AUC against bytes on MovieLens")
+    shared.add_argument("--threads", type=int, default=2)
+    shared.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     monitor = sub.add_parser("monitor", help="cost of VisualDL monitoring on the MovieLens training loop")
     monitor.add_argument("--repeats", type=int, default=5)
     monitor.add_argument("--threads", type=int, default=2)
@@ -202,6 +275,14 @@ def main(argv: list[str] | None = None) -> int:
     set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.what == "shared":
+        results = shared_benchmark()
+        (out / "shared.json").write_text(json.dumps(results, indent=2))
+        plot_pareto(results, out / "shared.png")
+        for r in results:
+            print(f"| {r['name']} | {r['test_auc']:.4f} | {r['auc_delta']:+.4f} | {r['held_bytes']:,} | "
+                  f"{r['bytes_ratio']:.1f}x |")
+        return 0
     if args.what == "monitor":
         print(f"monitor overhead: MovieLens-100K, 1 epoch x {args.repeats}, {args.threads} threads, {MALLOC}")
         result = monitor_benchmark(args.repeats)
@@ -213,8 +294,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"lookups: {rows} x 64 table, 4096 x 26 Zipf(1.05) ids, {args.threads} threads, {MALLOC}", flush=True)
     lookup = lookup_benchmark(rows, 64, 4096, 26, 1.05, 5 if args.quick else args.repeats)
     lookup["settings"]["threads"] = args.threads
-    print("quality: MovieLens-100K, configs/movielens_dense.yaml with each embedding", flush=True)
-    quality = quality_benchmark(args.quick, 1 if args.quick else None)
+    if args.lookups_only:
+        quality = json.loads((out / "quantized.json").read_text())["quality"]
+    else:
+        print("quality: MovieLens-100K, configs/movielens_dense.yaml with each embedding", flush=True)
+        quality = quality_benchmark(args.quick, 1 if args.quick else None)
     (out / "quantized.json").write_text(json.dumps({"lookup": lookup, "quality": quality}, indent=2))
     table = markdown(lookup, quality)
     (out / "quantized.md").write_text(table + "\n")

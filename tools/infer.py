@@ -2,20 +2,17 @@
 python tools/infer.py -c configs/X.yaml [-o key=value ...] [--split test]"""
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools._cli import fail_cleanly  # noqa: E402
+from tools._cli import experiment_parser, fail_cleanly  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("-c", "--config", required=True)
-    parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
+    parser = experiment_parser(__doc__)
     parser.add_argument("--split", default="test", choices=("train", "valid", "test"))
     parser.add_argument("--output", help="also save the click probabilities here (.npy)")
     args = parser.parse_args(argv)

@@ -1,21 +1,17 @@
 """Train an experiment: python tools/train.py -c configs/X.yaml [-o key.path=value ...]"""
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools._cli import fail_cleanly, results_table  # noqa: E402
+from tools._cli import experiment_parser, fail_cleanly, results_table  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("-c", "--config", required=True, help="experiment YAML")
-    parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key, e.g. -o train.epochs=1 (repeatable)")
+    parser = experiment_parser(__doc__)
     args = parser.parse_args(argv)
     with fail_cleanly():
         from paddle_edo import load_config

@@ -1,7 +1,7 @@
 """Categorical CTR data in memory: fields, id columns, labels; seeded splits; batches via paddle.io."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field as dataclass_field
 from typing import Iterator
 
 import numpy as np
@@ -27,11 +27,13 @@ class FieldSpec:
 
 @dataclass
 class CTRTable:
-    """Id columns (int64, [N] or [N, max_len]) per field and 0/1 labels (float32, [N])."""
+    """Id columns (int64, [N] or [N, max_len]) per field, 0/1 labels (float32, [N]) and optional other
+    per-row targets (e.g. MovieLens ratings, for multi-task models)."""
 
     fields: list[FieldSpec]
     ids: dict[str, np.ndarray]
     labels: np.ndarray
+    targets: dict[str, np.ndarray] = dataclass_field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = len(self.labels)
@@ -45,7 +47,8 @@ class CTRTable:
         return len(self.labels)
 
     def take(self, index: np.ndarray) -> "CTRTable":
-        return CTRTable(self.fields, {k: v[index] for k, v in self.ids.items()}, self.labels[index])
+        return CTRTable(self.fields, {k: v[index] for k, v in self.ids.items()}, self.labels[index],
+                        {k: v[index] for k, v in self.targets.items()})
 
     def validate(self, source: str) -> None:
         """Refuse ids outside [0, vocab_size) with a message naming source, field, row and value."""
@@ -117,6 +120,7 @@ class CTRBatches(paddle.io.IterableDataset):
             index = order[b * self.batch_size:(b + 1) * self.batch_size]
             batch = {name: column[index] for name, column in self.table.ids.items()}
             batch["label"] = self.table.labels[index]
+            batch.update({name: values[index] for name, values in self.table.targets.items()})
             yield batch
 
 

@@ -87,7 +87,7 @@ def load_movielens(cache_dir: str | Path | None = None) -> CTRTable:
     columns["genres"] = np.array([padded[r[1]] for r in ratings], dtype=np.int64)
     fields.append(FieldSpec("genres", len(genre_vocab), max_len))
 
-    labels = np.array([float(r[2]) >= 4.0 for r in ratings], dtype=np.float32)
-    table = CTRTable(fields, columns, labels)
+    rating = np.array([float(r[2]) for r in ratings], dtype=np.float32)
+    table = CTRTable(fields, columns, (rating >= 4.0).astype(np.float32), {"rating": rating})
     table.validate(str(folder))
     return table

@@ -1,5 +1,6 @@
 """Reference models whose embedding tables come from the registry."""
 from .ctr import DeepFM
+from .multitask import ClickAndRating
 
 MODELS = {"deepfm": DeepFM}
 
@@ -9,4 +10,4 @@ def build_model(fields, config, frequencies=None):
     return MODELS[config["model"]["name"]].from_config(fields, config, frequencies)
 
 
-__all__ = ["DeepFM", "MODELS", "build_model"]
+__all__ = ["ClickAndRating", "DeepFM", "MODELS", "build_model"]

@@ -5,5 +5,7 @@ from .dense import DenseEmbedding
 from .quantized import QuantizedEmbedding
 from .shared import HashEmbedding, QREmbedding
 from .mixed_dim import MixedDimEmbedding
+from .clustered import ClusteredEmbedding
+from .multitask import MultiTaskEmbedding
 
-__all__ = ["EmbeddingBase", "DenseEmbedding", "HashEmbedding", "MixedDimEmbedding", "QREmbedding", "QuantizedEmbedding", "EMBEDDINGS", "build_embedding", "register_embedding"]
+__all__ = ["ClusteredEmbedding", "EmbeddingBase", "DenseEmbedding", "HashEmbedding", "MixedDimEmbedding", "MultiTaskEmbedding", "QREmbedding", "QuantizedEmbedding", "EMBEDDINGS", "build_embedding", "register_embedding"]

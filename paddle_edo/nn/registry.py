@@ -14,6 +14,7 @@ COMMON_OPTIONS: dict[str, Option] = {
     "type": Option("dense", str, doc="registered layer name"),
     "dim": Option(16, int, low=1, doc="embedding dimension"),
     "sparse": Option(True, bool, doc="sparse row gradients"),
+    "min_rows": Option(0, int, low=0, doc="tables with fewer rows stay dense fp32 (small fields gain nothing)"),
 }
 
 
@@ -51,6 +52,8 @@ def build_embedding(options: dict[str, Any], num_embeddings: int, padding_idx: i
     """Build the layer an ``embedding`` config section names, for a table of num_embeddings rows;
     ``frequencies`` (a count per id) reaches the layers that need them."""
     options = check_embedding_section("embedding", options)
+    if num_embeddings < options["min_rows"]:
+        options = check_embedding_section("embedding", {k: options[k] for k in ("dim", "sparse")})
     cls = embedding_class(options["type"])
     if getattr(cls, "needs_frequencies", False):
         return cls.from_config(num_embeddings, options, padding_idx=padding_idx, frequencies=frequencies)

@@ -39,7 +39,8 @@ class HashEmbedding(CompositeEmbedding):
     """
 
     config_options = {
-        "num_buckets": Option(None, int, low=1, nullable=True, doc="rows of the shared table (default: rows / 10)"),
+        "num_buckets": Option(None, int, low=1, nullable=True, doc="rows of the shared table (default: by fraction)"),
+        "bucket_fraction": Option(0.1, float, low=1e-9, high=1.0, doc="num_buckets = fraction x rows when unset"),
         "num_hashes": Option(2, int, low=1, high=8),
         "combine": Option("sum", str, choices=("sum", "mean", "concat")),
         "seed": Option(0, int, low=0),
@@ -66,7 +67,7 @@ class HashEmbedding(CompositeEmbedding):
 
     @classmethod
     def from_config(cls, num_embeddings, options, padding_idx=None):
-        buckets = options["num_buckets"] or max(1, num_embeddings // 10)
+        buckets = options["num_buckets"] or max(1, int(round(options["bucket_fraction"] * num_embeddings)))
         return cls(buckets, options["dim"], options["num_hashes"], options["combine"], padding_idx,
                    options["sparse"], options["seed"])
 

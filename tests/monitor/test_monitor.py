@@ -178,7 +178,7 @@ def test_unwritable_logdir_fails_at_start(tmp_path):
     with pytest.raises(MonitorError, match="is a file"):
         Engine(config)  # before any training
     config["monitor"]["logdir"] = str(tmp_path / "later" / "vdl")
-    engine = Engine(config)
+    Engine(config)
     assert not (tmp_path / "later").exists()  # made at the first write, not before
     if os.geteuid() != 0:  # root writes anywhere; the blocked path above covers it
         locked = tmp_path / "locked"
@@ -209,3 +209,20 @@ def test_engine_runs_with_monitoring_from_config(tmp_path):
     assert "table_bytes/total/held" in tags["scalar"]
     assert 0 < series("scalar", "sparse/embeddings.f0/coverage_pct")[35].value <= 100
     assert np.isfinite(results["test_auc"])
+
+
+def test_screenshot_tool_copies_only_the_tags_asked_for(tmp_path):
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("vdl_screenshot", ROOT / "tools" / "vdl_screenshot.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    _, monitor, logdir, _ = planted_run(tmp_path, steps=4)
+    out = tool.filtered_copy(logdir, r"^sparse/users/(coverage_pct|grad_norm_max)$", tmp_path / "shown")
+    tags, series = read(out)
+    assert sorted(tags["scalar"]) == ["sparse/users/coverage_pct", "sparse/users/grad_norm_max"]
+    _, original = read(logdir)
+    assert {k: r.value for k, r in series("scalar", "sparse/users/grad_norm_max").items()} == \
+        {k: r.value for k, r in original("scalar", "sparse/users/grad_norm_max").items()}

@@ -66,3 +66,11 @@ def test_registry_builds_by_name_and_refuses_unknown_names():
         build_embedding({"type": "nope", "dim": 4}, 7)
     with pytest.raises(ValueError, match="registered twice"):
         register_embedding("dense")(type("Other", (DenseEmbedding,), {}))
+
+
+def test_tables_below_min_rows_stay_dense():
+    from paddle_edo.nn import QREmbedding
+
+    small = build_embedding({"type": "qr", "dim": 4, "min_rows": 100}, 50)
+    large = build_embedding({"type": "qr", "dim": 4, "min_rows": 100}, 500)
+    assert type(small) is DenseEmbedding and type(large) is QREmbedding

@@ -169,3 +169,31 @@ def test_mixed_dim_from_config_uses_training_frequencies(tmp_path):
     counts = np.bincount(engine.splits.train.ids["f0"], minlength=500)
     assert int(table.rank.numpy()[counts.argmax()]) == 0
     assert engine.fit()["test_auc"] > 0.6
+
+
+def test_clustered_keeps_hot_rows_and_shares_centroids_of_planted_clusters():
+    from paddle_edo.nn import ClusteredEmbedding, DenseEmbedding
+
+    rng = np.random.default_rng(0)
+    centers = rng.normal(0, 5, (4, 6)).astype(np.float32)
+    source = DenseEmbedding(200, 6, padding_idx=0)
+    weight = centers[np.arange(200) % 4] + rng.normal(0, 0.01, (200, 6)).astype(np.float32)
+    weight[0] = 0
+    source.weight.set_value(weight)
+    frequencies = np.arange(200)[::-1].astype(float)  # id 1 is the most frequent real id
+    layer = ClusteredEmbedding.from_embedding(source, frequencies, num_clusters=4, keep_top=10)
+    out = layer(paddle.arange(200)).numpy()
+    np.testing.assert_array_equal(out[1:11], weight[1:11])  # kept rows exactly
+    for i in range(11, 200):  # the rest: their planted centre, up to the noise
+        np.testing.assert_allclose(out[i], centers[i % 4], atol=0.01)
+    np.testing.assert_array_equal(out[0], np.zeros(6, np.float32))
+    report = memory_report(paddle.nn.Sequential(layer))
+    assert report.tables[0].held_bytes == report.tables[0].estimated_bytes == (10 + 4 + 1) * 6 * 4 + 200 * 4
+    optimizer = paddle.optimizer.SGD(0.1, parameters=layer.parameters())
+    layer(paddle.to_tensor([50])).sum().backward()  # fine-tuning moves the shared row
+    optimizer.step()
+    assert not np.allclose(layer(paddle.to_tensor([54])).numpy(), out[54])
+    with pytest.raises(ValueError, match="num_clusters = 500 must be in"):
+        ClusteredEmbedding.from_embedding(source, frequencies, num_clusters=500, keep_top=10)
+    with pytest.raises(ValueError, match="frequencies has shape"):
+        ClusteredEmbedding.from_embedding(source, frequencies[:5], num_clusters=4, keep_top=10)

@@ -1,0 +1,51 @@
+"""Two heads over shared tables: click prediction (logit) and rating regression."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import paddle
+import paddle.nn as nn
+
+from ..data.ctr import FieldSpec
+from ..nn.multitask import MultiTaskEmbedding
+from ..nn.registry import build_embedding
+
+TASKS = ("click", "rating")
+
+
+class ClickAndRating(nn.Layer):
+    """Every field's table is a MultiTaskEmbedding shared by both heads; each head pools the fields it
+    sees through its task adapter and runs its own MLP. ``forward`` returns (click logit, rating)."""
+
+    def __init__(self, fields: Sequence[FieldSpec], embedding: dict[str, Any], hidden_units: Sequence[int] = (64,)
+                 ) -> None:
+        super().__init__()
+        self.fields = list(fields)
+        self.embeddings = nn.LayerDict({
+            f.name: MultiTaskEmbedding(build_embedding(embedding, f.vocab_size, padding_idx=0), TASKS)
+            for f in self.fields})
+        width = embedding["dim"] * len(self.fields)
+        self.heads = nn.LayerDict({task: self._mlp(width, hidden_units) for task in TASKS})
+
+    @staticmethod
+    def _mlp(width: int, hidden_units: Sequence[int]) -> nn.Sequential:
+        layers: list[nn.Layer] = []
+        for units in hidden_units:
+            layers += [nn.Linear(width, units), nn.ReLU()]
+            width = units
+        return nn.Sequential(*layers, nn.Linear(width, 1))
+
+    def _features(self, ids: list[paddle.Tensor], task: str) -> paddle.Tensor:
+        pooled = []
+        for field, x in zip(self.fields, ids):
+            vectors = self.embeddings[field.name].for_task(x, task)
+            if field.multi_valued:
+                count = paddle.clip((x != 0).astype(vectors.dtype).sum(axis=1, keepdim=True), min=1.0)
+                vectors = vectors.sum(axis=1) / count
+            pooled.append(vectors)
+        return paddle.concat(pooled, axis=-1)
+
+    def forward(self, ids: list[paddle.Tensor]) -> tuple[paddle.Tensor, paddle.Tensor]:
+        click = self.heads["click"](self._features(ids, "click")).squeeze(-1)
+        rating = self.heads["rating"](self._features(ids, "rating")).squeeze(-1) + 3.5  # centred on the mean
+        return click, rating
