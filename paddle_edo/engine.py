@@ -114,7 +114,8 @@ class Engine:
         return save_checkpoint(self.state(), path or self.checkpoint_path)
 
     def load(self, path: str | Path) -> None:
-        """Restore model, optimizer, position and random state from a checkpoint of the same experiment."""
+        """Restore model, optimizer and position from a checkpoint of the same experiment (randomness
+        follows from (seed, step), see _train_step)."""
         state = load_checkpoint(path)
         saved = state.get("config", {})
         for section in _CHECKPOINT_SECTIONS:

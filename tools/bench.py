@@ -1,7 +1,7 @@
 """Benchmarks, reported as ratios measured side by side in one run.
 
   python tools/bench.py quantized [--quick] [--out docs/benchmarks]
-  python tools/bench.py shared
+  python tools/bench.py shared [--data movielens|synthetic|lookups]
   python tools/bench.py monitor [--repeats 5]
 """
 from __future__ import annotations
@@ -133,14 +133,25 @@ SHARED_RUNS = [("fp32 dense", {"type": "dense"})] + [
     ]]
 
 
-def shared_benchmark() -> list[dict]:
-    """Test AUC against table bytes on MovieLens-100K for every compression method, same seed and model."""
+# Synthetic: 4 fields of 1,000,000 ids each, Zipf(1.05), 300,000 samples, one epoch.
+SYNTHETIC_DATA = ["data.name=synthetic", "data.synthetic.num_fields=4", "data.synthetic.rows_per_field=1000000",
+                  "data.synthetic.num_samples=300000", "train.epochs=1", "train.batch_size=1024",
+                  "train.learning_rate=0.002", "model.hidden_units=[64, 32]"]
+SYNTHETIC_RUNS = {"fp32 dense", "int8", "int4 qat", "hash 1/10", "hash 1/50", "qr m=sqrt(N)", "mixed_dim a=1",
+                  "qr m=sqrt(N) + int8"}
+
+
+def shared_benchmark(data: list[str] | None = None, names: set[str] | None = None) -> list[dict]:
+    """Test AUC against table bytes for every compression method, same seed and model; MovieLens-100K
+    unless ``data`` overrides the data section."""
     logging.getLogger("paddle_edo").setLevel(logging.WARNING)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, embedding in SHARED_RUNS:
+            if names is not None and name not in names:
+                continue
             overrides = [f"train.output_dir={tmp}/{len(results)}", "train.log_every_steps=100000",
-                         "monitor.enable=false", *[f"embedding.{k}={v}" for k, v in embedding.items()]]
+                         "monitor.enable=false", *(data or []), *[f"embedding.{k}={v}" for k, v in embedding.items()]]
             engine = Engine(load_config(ROOT / "configs" / "movielens_dense.yaml", overrides))
             metrics = engine.fit()
             if name.endswith("+ int8"):  # compose: quantize the inner tables of the trained layers
@@ -156,7 +167,30 @@ def shared_benchmark() -> list[dict]:
     return results
 
 
-def plot_pareto(results: list[dict], path: Path) -> None:
+def shared_lookup_benchmark(rows: int, dim: int, batch: int, fields: int, alpha: float, repeats: int) -> dict:
+    """Lookup time of each row-sharing layer against paddle.nn.Embedding fp32 on the same Zipf ids."""
+    from paddle_edo.nn import ClusteredEmbedding, HashEmbedding, MixedDimEmbedding, QREmbedding
+
+    paddle.seed(0)
+    ids = paddle.to_tensor(zipf_ids(rows, (batch, fields), alpha, np.random.default_rng(0)))
+    frequencies = np.arange(1, rows + 1, dtype=np.float64) ** -alpha  # ids ranked by their Zipf rank
+    shared_rows = rows // 100
+    mapping = np.random.default_rng(1).integers(0, shared_rows, rows)
+    layers = {"fp32": paddle.nn.Embedding(rows, dim),
+              "hash (rows/10, 2 hashes)": HashEmbedding(rows // 10, dim),
+              "qr (m = sqrt(N))": QREmbedding(rows, dim, int(np.sqrt(rows))),
+              "mixed_dim (4 blocks)": MixedDimEmbedding(rows, dim, frequencies),
+              "clustered (rows/100)": ClusteredEmbedding(rows, dim, mapping,
+                                                         np.zeros((shared_rows, dim), np.float32))}
+    for layer in layers.values():
+        layer.eval()
+    sync = paddle.device.synchronize if gpu_available() else None
+    ms = side_by_side({name: (lambda layer=layer: layer(ids)) for name, layer in layers.items()}, repeats, sync=sync)
+    return {"settings": {"rows": rows, "dim": dim, "ids": [batch, fields], "zipf_alpha": alpha, "repeats": repeats,
+                         "malloc": MALLOC}, "ms": ms, "speed_vs_fp32": {k: ms["fp32"] / v for k, v in ms.items()}}
+
+
+def plot_pareto(results: list[dict], path: Path, title: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -174,7 +208,7 @@ def plot_pareto(results: list[dict], path: Path) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("table bytes: fp32 dense / method (log)")
     ax.set_ylabel("test AUC")
-    ax.set_title("MovieLens-100K DeepFM: AUC against table memory")
+    ax.set_title(title)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -265,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
                            help="rerun only the lookup timings (kept quality results are reused from --out)")
     shared = sub.add_parser("shared", help="shared and compressed tables: AUC against bytes on MovieLens")
     shared.add_argument("--threads", type=int, default=2)
+    shared.add_argument("--data", default="movielens", choices=("movielens", "synthetic", "lookups"),
+                        help="AUC against bytes on MovieLens or 1e6-id synthetic data, or lookup speed")
     shared.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     monitor = sub.add_parser("monitor", help="cost of VisualDL monitoring on the MovieLens training loop")
     monitor.add_argument("--repeats", type=int, default=5)
@@ -275,10 +311,19 @@ def main(argv: list[str] | None = None) -> int:
     set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.what == "shared" and args.data == "lookups":
+        result = shared_lookup_benchmark(1_000_000, 64, 4096, 26, 1.05, 15)
+        (out / "shared_lookups.json").write_text(json.dumps(result, indent=2))
+        for name, ms in result["ms"].items():
+            print(f"| {name} | {ms:.2f} ms | {result['speed_vs_fp32'][name]:.2f}x |")
+        return 0
     if args.what == "shared":
-        results = shared_benchmark()
-        (out / "shared.json").write_text(json.dumps(results, indent=2))
-        plot_pareto(results, out / "shared.png")
+        synthetic = args.data == "synthetic"
+        results = shared_benchmark(SYNTHETIC_DATA if synthetic else None, SYNTHETIC_RUNS if synthetic else None)
+        stem = "shared_synthetic" if synthetic else "shared"
+        (out / f"{stem}.json").write_text(json.dumps(results, indent=2))
+        data_name = "synthetic Zipf, 4 fields x 1e6 ids" if synthetic else "MovieLens-100K"
+        plot_pareto(results, out / f"{stem}.png", f"{data_name}, DeepFM: AUC against table memory")
         for r in results:
             print(f"| {r['name']} | {r['test_auc']:.4f} | {r['auc_delta']:+.4f} | {r['held_bytes']:,} | "
                   f"{r['bytes_ratio']:.1f}x |")
