@@ -9,33 +9,33 @@ from .base import CompositeEmbedding, dtype_name
 from .dense import DenseEmbedding
 from .registry import register_embedding
 
-HASH_PRIME = 2**31 - 1
-_CHUNK = 1 << 16
+_SHIFT = 2**32  # (a x + b) // 2^32: the high 32 bits of the 64-bit product
 
 
 def hash_coefficients(num_hashes: int, seed: int) -> np.ndarray:
-    """[num_hashes, 5] int64: four multipliers and an offset per hash, drawn in [1, p) from a fixed seed."""
-    return np.random.default_rng(seed).integers(1, HASH_PRIME, size=(num_hashes, 5), dtype=np.int64)
+    """[num_hashes, 2] int64 from a fixed seed: an odd multiplier a and an offset b per hash."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-(2**63), 2**63 - 1, size=num_hashes, dtype=np.int64) | 1
+    b = rng.integers(-(2**63), 2**63 - 1, size=num_hashes, dtype=np.int64)
+    return np.stack([a, b], axis=1)
 
 
 def hash_ids_numpy(ids: np.ndarray, coefficients: np.ndarray, buckets: int) -> np.ndarray:
     """Reference of HashEmbedding's hash in numpy: [..., num_hashes] bucket ids."""
-    x = np.asarray(ids, dtype=np.int64)
-    chunks = [(x >> (16 * k)) & 0xFFFF for k in range(4)]
-    out = []
-    for a in coefficients:
-        h = a[4] + sum(a[k] * chunks[k] for k in range(4))
-        out.append(h % HASH_PRIME % buckets)
-    return np.stack(out, axis=-1)
+    x = np.asarray(ids, dtype=np.int64)[..., None]
+    with np.errstate(over="ignore"):
+        mixed = x * coefficients[:, 0] + coefficients[:, 1]  # wraps modulo 2^64, like Paddle's int64
+    return (mixed >> 32) % buckets
 
 
 @register_embedding("hash")
 class HashEmbedding(CompositeEmbedding):
     """Any int64 id -> ``num_hashes`` rows of a ``num_buckets``-row table, combined (sum, mean, concat).
 
-    The hashes are universal (multilinear over the id's four 16-bit pieces, modulo the prime 2^31 - 1,
-    coefficients from a fixed seed), computed with Paddle integer ops, so dygraph, static graph and
-    Paddle Inference agree. Unbounded id spaces need no vocabulary; ids are not range-checked.
+    The hashes are multiply-shift hashes (Dietzfelbinger et al.: the high 32 bits of a x + b modulo
+    2^64, a odd; a and b from a fixed seed), reduced modulo num_buckets, computed with Paddle int64 ops,
+    so dygraph, static graph and Paddle Inference agree. Unbounded id spaces need no vocabulary; ids are
+    not range-checked.
     """
 
     config_options = {
@@ -63,7 +63,7 @@ class HashEmbedding(CompositeEmbedding):
         self.table = DenseEmbedding(num_buckets, width, sparse=sparse, init_std=init_std)
         self.register_buffer("coefficients", paddle.to_tensor(hash_coefficients(num_hashes, seed)))
         # int64 constants live in tensors: to_static stores Python scalars as float32 (2^31 - 1 became 2^31)
-        self.register_buffer("moduli", paddle.to_tensor(np.array([HASH_PRIME, num_buckets], dtype=np.int64)))
+        self.register_buffer("buckets", paddle.to_tensor(np.array([num_buckets], dtype=np.int64)))
 
     @classmethod
     def from_config(cls, num_embeddings, options, padding_idx=None):
@@ -76,19 +76,9 @@ class HashEmbedding(CompositeEmbedding):
             raise TypeError(f"{self.full_name()}: ids must be int32 or int64, got {dtype_name(ids.dtype)}")
 
     def bucket_ids(self, ids: paddle.Tensor) -> paddle.Tensor:
-        """[..., num_hashes] rows of the shared table for each id. Written without Python loops:
-        to_static turns loops into graph loops, and those changed the results here."""
-        x0 = ids.astype("int64")
-        mask = paddle.full_like(x0, 0xFFFF)
-        c0 = paddle.bitwise_and(x0, mask)
-        x1 = (x0 - c0) // _CHUNK  # exact: an arithmetic shift by 16
-        c1 = paddle.bitwise_and(x1, mask)
-        x2 = (x1 - c1) // _CHUNK
-        c2 = paddle.bitwise_and(x2, mask)
-        c3 = paddle.bitwise_and((x2 - c2) // _CHUNK, mask)
-        pieces = paddle.stack([c0, c1, c2, c3], axis=-1).unsqueeze(-2)        # [..., 1, 4]
-        h = (pieces * self.coefficients[:, :4]).sum(axis=-1) + self.coefficients[:, 4]  # [..., num_hashes]
-        return paddle.remainder(paddle.remainder(h, self.moduli[0]), self.moduli[1])
+        """[..., num_hashes] rows of the shared table for each id."""
+        mixed = ids.astype("int64").unsqueeze(-1) * self.coefficients[:, 0] + self.coefficients[:, 1]
+        return paddle.remainder(mixed // _SHIFT, self.buckets)  # 2^32 is exact even as a float32 constant
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
         vectors = self.table(self.bucket_ids(ids))          # [..., num_hashes, width]
