@@ -21,9 +21,9 @@ from .memory import embedding_layers, memory_report
 from .metrics import auc, logloss
 from .models import build_model
 from .monitor import monitors_from_config
-from .nn.quantized import QuantizedEmbedding
 from .nn.registry import embedding_class
-from .quant.convert import pack_trained, row_updated_tables
+from .nn.base import EmbeddingBase, pack_trained
+from .quant.convert import row_updated_tables
 from .progress import ProgressBar
 
 logger = logging.getLogger("paddle_edo")
@@ -165,9 +165,9 @@ class Engine:
             for cb in self.callbacks:
                 cb.on_epoch_end(self, self.epoch, logs)
         results = {}
-        if any(isinstance(layer, QuantizedEmbedding) and not layer.packed for layer in self.model.sublayers()):
+        if any(isinstance(layer, EmbeddingBase) and not layer.packed for layer in self.model.sublayers()):
             results.update({f"test_{k}_before_packing": v for k, v in self.evaluate("test").items()})
-            logger.info("packed quantized tables for serving: %s", ", ".join(pack_trained(self.model)))
+            logger.info("packed tables for serving: %s", ", ".join(pack_trained(self.model)))
         results.update({f"test_{k}": v for k, v in self.evaluate("test").items()})
         results["train_seconds"] = time.perf_counter() - start
         for cb in self.callbacks:

@@ -27,6 +27,7 @@ class EmbeddingBase(paddle.nn.Layer):
 
     registry_name: ClassVar[str] = ""
     config_options: ClassVar[dict[str, Option]] = {}
+    packed: bool = True  # False: trains in a full form that pack() turns into the compact one
 
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
                  sparse: bool = True, check_ids: bool = True) -> None:
@@ -52,6 +53,10 @@ class EmbeddingBase(paddle.nn.Layer):
         """Build from a validated ``embedding`` config section (type and dim already read)."""
         kwargs = {k: options[k] for k in cls.config_options}
         return cls(num_embeddings, options["dim"], padding_idx=padding_idx, sparse=options["sparse"], **kwargs)
+
+    def pack(self) -> "EmbeddingBase":
+        """Turn a table trained in full form into its compact form (no-op for most layers)."""
+        return self
 
     @classmethod
     def check_config(cls, config: dict[str, Any]) -> None:
@@ -114,3 +119,14 @@ class CompositeEmbedding(EmbeddingBase):
             return vectors
         keep = (ids != self.padding_idx).astype(vectors.dtype).unsqueeze(-1)
         return vectors * keep
+
+
+def pack_trained(model: paddle.nn.Layer) -> list[str]:
+    """Pack every table that trained in full form (QAT / PTQ quantized, clustered) after training;
+    returns the names of the tables packed."""
+    packed = []
+    for name, layer in model.named_sublayers():
+        if isinstance(layer, EmbeddingBase) and not layer.packed:
+            layer.pack()
+            packed.append(name)
+    return packed

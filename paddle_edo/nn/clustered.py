@@ -5,58 +5,111 @@ import numpy as np
 import paddle
 
 from ..kmeans import kmeans
+from ..schema import Option
 from .base import CompositeEmbedding
 from .dense import DenseEmbedding
+from .registry import register_embedding
 
 
+def cluster_rows(weight: np.ndarray, frequencies: np.ndarray, num_clusters: int, keep_top: int,
+                 padding_idx: int | None, seed: int = 0, owner: str = "ClusteredEmbedding"
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(row of each id, rows): the keep_top most frequent ids keep their rows, the others map to the
+    K-Means centroid of their cluster."""
+    n = len(weight)
+    frequencies = np.asarray(frequencies)
+    if frequencies.shape != (n,):
+        raise ValueError(f"{owner}: frequencies has shape {frequencies.shape}, expected ({n},)")
+    if not 0 <= keep_top <= n:
+        raise ValueError(f"{owner}: keep_top = {keep_top} must be in [0, {n}]")
+    order = np.argsort(-frequencies, kind="stable")
+    order = order[order != padding_idx] if padding_idx is not None else order
+    kept, rest = order[:keep_top], order[keep_top:]
+    if num_clusters > len(rest) or (num_clusters < 1 and len(rest)):
+        raise ValueError(f"{owner}: num_clusters = {num_clusters} must be in [1, {len(rest)}] "
+                         f"(the ids left after keep_top = {keep_top})")
+    mapping = np.zeros(n, dtype=np.int32)
+    mapping[kept] = np.arange(len(kept), dtype=np.int32)
+    rows = [weight[kept]]
+    if len(rest):
+        centroids, labels = kmeans(weight[rest], num_clusters, seed=seed)
+        mapping[rest] = len(kept) + labels
+        rows.append(centroids)
+    return mapping, np.concatenate(rows).astype(np.float32)
+
+
+@register_embedding("clustered")
 class ClusteredEmbedding(CompositeEmbedding):
-    """A compressed copy of a trained table (``from_embedding``): ``keep_top`` most frequent ids keep
-    their own rows, every other id reads its cluster's centroid; the table can be fine-tuned after."""
+    """Ids share rows: the most frequent keep their own, the rest read their K-Means cluster's centroid.
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, mapping: np.ndarray, rows: np.ndarray,
-                 padding_idx: int | None = None, sparse: bool = True) -> None:
+    Made from a trained table (``from_embedding``), or trained in full first and clustered by ``pack()``
+    (the engine packs at the end of training, as for PTQ; configs: ``embedding.type: clustered``). The
+    shared table can be fine-tuned afterwards.
+    """
+
+    needs_frequencies = True
+    config_options = {
+        "cluster_fraction": Option(0.05, float, low=1e-9, high=1.0, doc="clusters = fraction x rows"),
+        "keep_fraction": Option(0.01, float, low=0.0, high=1.0, doc="most frequent ids keeping their rows"),
+        "frequencies": Option("train", str, choices=("train",)),
+    }
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, mapping: np.ndarray | None = None,
+                 rows: np.ndarray | None = None, padding_idx: int | None = None, sparse: bool = True,
+                 frequencies: np.ndarray | None = None, num_clusters: int | None = None, keep_top: int = 0) -> None:
         super().__init__(num_embeddings, embedding_dim, padding_idx, sparse)
-        mapping = np.asarray(mapping, dtype=np.int32).copy()
-        rows = np.asarray(rows, dtype=np.float32)
-        if mapping.shape != (num_embeddings,) or mapping.min() < 0 or mapping.max() >= len(rows):
-            raise ValueError(f"{type(self).__name__}: mapping must give each of {num_embeddings} ids a row in "
-                             f"[0, {len(rows)})")
+        self.frequencies, self.num_clusters, self.keep_top = frequencies, num_clusters, keep_top
+        if mapping is None:  # train the full table first; pack() clusters it
+            if frequencies is None or num_clusters is None:
+                raise ValueError(f"{type(self).__name__}: give mapping and rows, or frequencies and num_clusters")
+            self.packed = False
+            self.table = DenseEmbedding(num_embeddings, embedding_dim, padding_idx=padding_idx, sparse=sparse)
+            self.register_buffer("mapping", paddle.arange(num_embeddings, dtype="int32"))
+        else:
+            self._install(np.asarray(mapping), np.asarray(rows, dtype=np.float32))
+
+    def _install(self, mapping: np.ndarray, rows: np.ndarray) -> None:
+        if mapping.shape != (self.num_embeddings,) or mapping.min() < 0 or mapping.max() >= len(rows):
+            raise ValueError(f"{type(self).__name__}: mapping must give each of {self.num_embeddings} ids a row "
+                             f"in [0, {len(rows)})")
+        mapping = mapping.astype(np.int32)
         dummy = len(rows)  # padding ids read this extra row: always zero, never updated
-        if padding_idx is not None:
+        if self.padding_idx is not None:
             mapping[self.padding_idx] = dummy
         self.register_buffer("mapping", paddle.to_tensor(mapping))
-        self.table = DenseEmbedding(len(rows) + 1, embedding_dim, padding_idx=dummy, sparse=sparse)
+        self.table = DenseEmbedding(len(rows) + 1, self.embedding_dim, padding_idx=dummy, sparse=self.sparse)
         with paddle.no_grad():
-            self.table.weight.set_value(np.concatenate([rows, np.zeros((1, embedding_dim), np.float32)]))
+            self.table.weight.set_value(np.concatenate([rows, np.zeros((1, self.embedding_dim), np.float32)]))
+        self.packed = True
+
+    @classmethod
+    def from_config(cls, num_embeddings, options, padding_idx=None, frequencies=None):
+        if frequencies is None:
+            raise ValueError("embedding.type 'clustered' needs id frequencies (embedding.frequencies: train)")
+        keep = int(round(options["keep_fraction"] * num_embeddings))
+        clusters = max(1, min(int(round(options["cluster_fraction"] * num_embeddings)),
+                              num_embeddings - keep - (padding_idx is not None)))
+        return cls(num_embeddings, options["dim"], padding_idx=padding_idx, sparse=options["sparse"],
+                   frequencies=frequencies, num_clusters=clusters, keep_top=keep)
 
     @classmethod
     def from_embedding(cls, embedding: paddle.nn.Layer, frequencies: np.ndarray, num_clusters: int,
-                       keep_top: int, seed: int = 0, iterations: int = 20) -> "ClusteredEmbedding":
+                       keep_top: int, seed: int = 0) -> "ClusteredEmbedding":
         weight = embedding.weight.numpy()
-        n, dim = weight.shape
-        frequencies = np.asarray(frequencies)
-        name = cls.__name__
-        if frequencies.shape != (n,):
-            raise ValueError(f"{name}.from_embedding: frequencies has shape {frequencies.shape}, expected ({n},)")
-        if not 0 <= keep_top <= n:
-            raise ValueError(f"{name}.from_embedding: keep_top = {keep_top} must be in [0, {n}]")
         padding_idx = getattr(embedding, "padding_idx", getattr(embedding, "_padding_idx", None))
         padding_idx = None if padding_idx is None or padding_idx < 0 else int(padding_idx)
-        order = np.argsort(-frequencies, kind="stable")
-        order = order[order != padding_idx] if padding_idx is not None else order
-        kept, rest = order[:keep_top], order[keep_top:]
-        if num_clusters > len(rest) or (num_clusters < 1 and len(rest)):
-            raise ValueError(f"{name}.from_embedding: num_clusters = {num_clusters} must be in [1, {len(rest)}] "
-                             f"(the ids left after keep_top = {keep_top})")
-        mapping = np.zeros(n, dtype=np.int32)
-        mapping[kept] = np.arange(len(kept), dtype=np.int32)
-        rows = [weight[kept]]
-        if len(rest):
-            centroids, labels = kmeans(weight[rest], num_clusters, iterations, seed)
-            mapping[rest] = len(kept) + labels
-            rows.append(centroids)
+        mapping, rows = cluster_rows(weight, frequencies, num_clusters, keep_top, padding_idx, seed,
+                                     f"{cls.__name__}.from_embedding")
         sparse = getattr(embedding, "sparse", getattr(embedding, "_sparse", True))
-        return cls(n, dim, mapping, np.concatenate(rows), padding_idx, sparse)
+        return cls(weight.shape[0], weight.shape[1], mapping, rows, padding_idx, sparse)
+
+    def pack(self) -> "ClusteredEmbedding":
+        """Cluster the trained full table (keep_top ids keep their rows)."""
+        if not self.packed:
+            mapping, rows = cluster_rows(self.table.weight.numpy(), self.frequencies, self.num_clusters,
+                                         self.keep_top, self.padding_idx, owner=self.full_name())
+            self._install(mapping, rows)
+        return self
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
         rows = paddle.gather(self.mapping, ids.flatten()).reshape(ids.shape).astype("int64")

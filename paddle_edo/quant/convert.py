@@ -39,16 +39,6 @@ def quantize(model: paddle.nn.Layer, dtype: str = "int8", include: Iterable[str]
     return model
 
 
-def pack_trained(model: paddle.nn.Layer) -> list[str]:
-    """Pack every QAT / PTQ table after training; returns the names of the tables packed."""
-    packed = []
-    for name, layer in model.named_sublayers():
-        if isinstance(layer, QuantizedEmbedding) and not layer.packed:
-            layer.pack()
-            packed.append(name)
-    return packed
-
-
 def row_updated_tables(model: paddle.nn.Layer) -> list[QuantizedEmbedding]:
     """Tables that apply their own row updates (low_precision mode)."""
     return [layer for _, layer in model.named_sublayers()

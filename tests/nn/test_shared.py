@@ -197,3 +197,19 @@ def test_clustered_keeps_hot_rows_and_shares_centroids_of_planted_clusters():
         ClusteredEmbedding.from_embedding(source, frequencies, num_clusters=500, keep_top=10)
     with pytest.raises(ValueError, match="frequencies has shape"):
         ClusteredEmbedding.from_embedding(source, frequencies[:5], num_clusters=4, keep_top=10)
+
+
+def test_clustered_from_config_trains_full_then_packs_at_the_end(tmp_path):
+    from paddle_edo.nn import ClusteredEmbedding
+
+    config = small_synthetic_config(tmp_path / "run", epochs=1)
+    config["embedding"] = {"type": "clustered", "dim": 8, "sparse": True, "min_rows": 0, "cluster_fraction": 0.1,
+                           "keep_fraction": 0.02, "frequencies": "train"}
+    engine = Engine(config)
+    table = engine.model.embeddings["f0"]
+    assert isinstance(table, ClusteredEmbedding) and not table.packed and table.table.num_embeddings == 500
+    full_bytes = engine.memory_report().held_bytes
+    results = engine.fit()
+    assert table.packed and table.table.num_embeddings == 10 + 50 + 1  # kept + clusters + padding row
+    assert engine.memory_report().held_bytes < full_bytes
+    assert "test_auc_before_packing" in results and results["test_auc"] > 0.6
