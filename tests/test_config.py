@@ -124,3 +124,10 @@ def test_low_precision_refuses_pairs_that_cannot_train():
     message = error_of("embedding.mode=low_precision", "train.optimizer=sgd", "train.amp.enable=true", path=QUANT)
     assert "train.amp.enable" in message
     load_config(QUANT, ["embedding.mode=low_precision", "train.optimizer=adagrad"])
+
+
+def test_concat_tables_are_refused_with_first_order_tables():
+    message = error_of("embedding.type=qr", "embedding.operation=concat")
+    assert "embedding.operation = 'concat'" in message and "model.first_order" in message
+    assert "embedding.combine = 'concat'" in error_of("embedding.type=hash", "embedding.combine=concat")
+    load_config(CONFIG, ["embedding.type=qr", "embedding.operation=concat", "model.first_order=false"])

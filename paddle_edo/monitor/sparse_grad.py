@@ -36,8 +36,8 @@ class _Table:
     layer: paddle.nn.Layer
     seen: np.ndarray
     padding_idx: int | None
+    norm_history: collections.deque
     last_growth_step: int = 0
-    norm_history: collections.deque = field(default_factory=lambda: collections.deque(maxlen=50))
     alerted: set = field(default_factory=set)
     pending: RowGradients | None = None
     weights_before: paddle.Tensor | None = None
@@ -88,8 +88,8 @@ class SparseGradMonitor(Callback):
             rows = getattr(layer, "num_embeddings", None) or layer.weight.shape[0]
             padding = getattr(layer, "padding_idx", getattr(layer, "_padding_idx", None))
             padding = None if padding is None or padding < 0 else int(padding)
-            self.tables[name] = _Table(name, layer, np.zeros(rows, dtype=bool), padding)
-            self.tables[name].norm_history = collections.deque(maxlen=self.alerts.norm_window)
+            self.tables[name] = _Table(name, layer, np.zeros(rows, dtype=bool), padding,
+                                       collections.deque(maxlen=self.alerts.norm_window))
         if not self.tables:
             logger.warning("SparseGradMonitor: the model has no embedding layers; nothing to monitor")
         self.lookup_ids = dict(lookup_ids or {})

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 
-from ..schema import Option
+from ..schema import ConfigError, Option
 from .base import CompositeEmbedding, dtype_name
 from .dense import DenseEmbedding
 from .registry import register_embedding
@@ -26,6 +26,13 @@ def hash_ids_numpy(ids: np.ndarray, coefficients: np.ndarray, buckets: int) -> n
     with np.errstate(over="ignore"):
         mixed = x * coefficients[:, 0] + coefficients[:, 1]  # wraps modulo 2^64, like Paddle's int64
     return (mixed >> 32) % buckets
+
+
+def _refuse_concat_with_first_order(config: dict, key: str) -> None:
+    """'concat' splits the width between tables; DeepFM's first-order tables are 1 wide."""
+    if config["embedding"][key] == "concat" and config["model"]["first_order"]:
+        raise ConfigError(f"embedding.{key} = 'concat' splits each row between tables, but model.first_order "
+                          f"tables are 1 wide; use another embedding.{key} or model.first_order=false")
 
 
 @register_embedding("hash")
@@ -70,6 +77,10 @@ class HashEmbedding(CompositeEmbedding):
         buckets = options["num_buckets"] or max(1, int(round(options["bucket_fraction"] * num_embeddings)))
         return cls(buckets, options["dim"], options["num_hashes"], options["combine"], padding_idx,
                    options["sparse"], options["seed"])
+
+    @classmethod
+    def check_config(cls, config):
+        _refuse_concat_with_first_order(config, "combine")
 
     def check_ids(self, ids: paddle.Tensor) -> None:
         if ids.dtype not in (paddle.int32, paddle.int64):
@@ -118,6 +129,10 @@ class QREmbedding(CompositeEmbedding):
         self.quotient = DenseEmbedding(-(-num_embeddings // num_collisions), width, sparse=sparse,
                                        init_std=1.0 if operation == "mult" else init_std)
         self.remainder = DenseEmbedding(num_collisions, width, sparse=sparse, init_std=init_std)
+
+    @classmethod
+    def check_config(cls, config):
+        _refuse_concat_with_first_order(config, "operation")
 
     @classmethod
     def from_config(cls, num_embeddings, options, padding_idx=None):
