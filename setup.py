@@ -22,6 +22,7 @@ setup(
         "cpu": ["paddlepaddle==2.6.2"],
         "gpu": ["paddlepaddle-gpu==2.6.2"],
         "test": ["pytest>=7"],
+        "faiss": ["faiss-cpu"],  # ClusteredEmbedding uses faiss.Kmeans when present, numpy otherwise
         "nlp": ["paddlenlp==2.8.1", "huggingface_hub<0.26", "aistudio-sdk<0.2", "datasets<3", "pyarrow<18"],
     },
 )
