@@ -92,11 +92,15 @@ class HashEmbedding(CompositeEmbedding):
         return paddle.remainder(mixed // _SHIFT, self.buckets)  # 2^32 is exact even as a float32 constant
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
-        vectors = self.table(self.bucket_ids(ids))          # [..., num_hashes, width]
+        buckets = self.bucket_ids(ids)
         if self.combine == "concat":
-            out = vectors.flatten(start_axis=-2)
+            out = self.table(buckets).flatten(start_axis=-2)
         else:
-            out = vectors.sum(axis=-2) if self.combine == "sum" else vectors.mean(axis=-2)
+            # one lookup per hash, added: Paddle's CPU sum over the middle axis of [..., hashes, dim]
+            # measured 42 ms against 14 ms for the adds (4096 x 26 ids, dim 64)
+            out = paddle.add_n([self.table(b) for b in paddle.unbind(buckets, axis=-1)])
+            if self.combine == "mean":
+                out = out / float(self.num_hashes)
         return self.zero_padding(ids, out)
 
 
