@@ -22,7 +22,7 @@ from .metrics import auc, logloss
 from .models import build_model
 from .monitor import monitors_from_config
 from .nn.registry import embedding_class
-from .nn.base import EmbeddingBase, pack_trained
+from .nn.base import pack_trained, unpacked_tables
 from .quant.convert import row_updated_tables
 from .progress import ProgressBar
 
@@ -165,7 +165,7 @@ class Engine:
             for cb in self.callbacks:
                 cb.on_epoch_end(self, self.epoch, logs)
         results = {}
-        if any(isinstance(layer, EmbeddingBase) and not layer.packed for layer in self.model.sublayers()):
+        if unpacked_tables(self.model):
             results.update({f"test_{k}_before_packing": v for k, v in self.evaluate("test").items()})
             logger.info("packed tables for serving: %s", ", ".join(pack_trained(self.model)))
         results.update({f"test_{k}": v for k, v in self.evaluate("test").items()})

@@ -83,33 +83,43 @@ QUALITY_RUNS = [("fp32", "adam", {"type": "dense"})] + [
 QUICK_RUNS = {"fp32", "int8 ptq", "int4 qat", "fp32 (adagrad)", "int8 low_precision"}
 
 
+def train_default_experiment(output_dir: str, overrides: list[str]) -> tuple[Engine, dict[str, float]]:
+    """Train configs/movielens_dense.yaml with overrides (progress lines off), return the engine and
+    its results."""
+    config = load_config(ROOT / "configs" / "movielens_dense.yaml",
+                         [f"train.output_dir={output_dir}", "train.log_every_steps=100000", *overrides])
+    engine = Engine(config)
+    return engine, engine.fit()
+
+
+def add_deltas(results: list[dict], baseline_of) -> None:
+    """AUC delta and bytes ratio of each result against its baseline result."""
+    for r in results:
+        base = baseline_of(r)
+        r["auc_delta"] = r["test_auc"] - base["test_auc"]
+        r["bytes_ratio"] = base["held_bytes"] / r["held_bytes"]
+
+
 def quality_benchmark(quick: bool, epochs: int | None) -> list[dict]:
     """Test AUC and bytes held on MovieLens-100K for every format and mode, same seed and model."""
-    logging.getLogger("paddle_edo").setLevel(logging.WARNING)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, optimizer, embedding in QUALITY_RUNS:
             if quick and name not in QUICK_RUNS:
                 continue
-            overrides = [f"train.output_dir={tmp}/{len(results)}", f"train.optimizer={optimizer}",
-                         "train.log_every_steps=100000", "monitor.enable=false"]
+            overrides = [f"train.optimizer={optimizer}", "monitor.enable=false"]
             if optimizer == "adagrad":
                 overrides.append("train.learning_rate=0.02")
             if epochs:
                 overrides.append(f"train.epochs={epochs}")
             overrides += [f"embedding.{k}={v}" for k, v in embedding.items()]
-            config = load_config(ROOT / "configs" / "movielens_dense.yaml", overrides)
-            engine = Engine(config)
-            metrics = engine.fit()
+            engine, metrics = train_default_experiment(f"{tmp}/{len(results)}", overrides)
             held = engine.memory_report().held_bytes
             results.append({"name": name, "optimizer": optimizer, "test_auc": metrics["test_auc"],
                             "test_logloss": metrics["test_logloss"], "held_bytes": held})
             print(f"  {name:22s} auc {metrics['test_auc']:.4f}  tables {held:,} B", flush=True)
     baselines = {r["optimizer"]: r for r in results if r["name"].startswith("fp32")}
-    for r in results:
-        base = baselines[r["optimizer"]]
-        r["auc_delta"] = r["test_auc"] - base["test_auc"]
-        r["bytes_ratio"] = base["held_bytes"] / r["held_bytes"]
+    add_deltas(results, lambda r: baselines[r["optimizer"]])
     return results
 
 
@@ -144,26 +154,20 @@ SYNTHETIC_RUNS = {"fp32 dense", "int8", "int4 qat", "hash 1/10", "hash 1/50", "q
 def shared_benchmark(data: list[str] | None = None, names: set[str] | None = None) -> list[dict]:
     """Test AUC against table bytes for every compression method, same seed and model; MovieLens-100K
     unless ``data`` overrides the data section."""
-    logging.getLogger("paddle_edo").setLevel(logging.WARNING)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, embedding in SHARED_RUNS:
             if names is not None and name not in names:
                 continue
-            overrides = [f"train.output_dir={tmp}/{len(results)}", "train.log_every_steps=100000",
-                         "monitor.enable=false", *(data or []), *[f"embedding.{k}={v}" for k, v in embedding.items()]]
-            engine = Engine(load_config(ROOT / "configs" / "movielens_dense.yaml", overrides))
-            metrics = engine.fit()
+            overrides = ["monitor.enable=false", *(data or []), *[f"embedding.{k}={v}" for k, v in embedding.items()]]
+            engine, metrics = train_default_experiment(f"{tmp}/{len(results)}", overrides)
             if name.endswith("+ int8"):  # compose: quantize the inner tables of the trained layers
                 quantize(engine.model, "int8")
                 metrics = {f"test_{k}": v for k, v in engine.evaluate("test").items()}
             held = engine.memory_report().held_bytes
             results.append({"name": name, "test_auc": metrics["test_auc"], "held_bytes": held})
             print(f"  {name:18s} auc {metrics['test_auc']:.4f}  tables {held:,} B", flush=True)
-    base = results[0]
-    for r in results:
-        r["auc_delta"] = r["test_auc"] - base["test_auc"]
-        r["bytes_ratio"] = base["held_bytes"] / r["held_bytes"]
+    add_deltas(results, lambda r: results[0])
     return results
 
 
@@ -266,7 +270,6 @@ def plot(lookup: dict, quality: list[dict], path: Path) -> None:
 def monitor_benchmark(repeats: int) -> dict:
     """Training-loop time on MovieLens-100K with monitoring off, every 10 steps and every step, runs
     interleaved; median epoch seconds and the overhead against no monitoring."""
-    logging.getLogger("paddle_edo").setLevel(logging.WARNING)
     variants = {"off": ["monitor.enable=false"],
                 "every 100 steps": ["monitor.enable=true", "monitor.every_n_steps=100"],
                 "every 10 steps": ["monitor.enable=true", "monitor.every_n_steps=10"],
@@ -275,11 +278,8 @@ def monitor_benchmark(repeats: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(repeats):
             for name, overrides in variants.items():
-                config = load_config(ROOT / "configs" / "movielens_dense.yaml",
-                                     [f"train.output_dir={tmp}/{repeat}-{name.replace(' ', '_')}", "train.epochs=1",
-                                      "train.log_every_steps=100000", *overrides])
-                engine = Engine(config)
-                engine.fit()
+                engine, _ = train_default_experiment(f"{tmp}/{repeat}-{name.replace(' ', '_')}",
+                                                     ["train.epochs=1", *overrides])
                 seconds[name].append(engine.history[0]["seconds"])
                 print(f"  {name:15s} {seconds[name][-1]:.2f} s", flush=True)
     median = {name: float(np.median(v)) for name, v in seconds.items()}
@@ -307,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     monitor.add_argument("--threads", type=int, default=2)
     monitor.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     args = parser.parse_args(argv)
+    logging.getLogger("paddle_edo").setLevel(logging.WARNING)  # per-epoch lines off: the tables say it
     select_device("auto")
     set_num_threads(args.threads)
     out = Path(args.out)

@@ -16,6 +16,7 @@ import paddle
 
 from ..callbacks import Callback
 from ..memory import embedding_layers
+from ..nn.base import table_settings
 from .row_gradients import RowGradients, read_row_gradients
 
 logger = logging.getLogger("paddle_edo")
@@ -86,8 +87,7 @@ class SparseGradMonitor(Callback):
         self.tables = {}
         for name, layer in embedding_layers(model):
             rows = getattr(layer, "num_embeddings", None) or layer.weight.shape[0]
-            padding = getattr(layer, "padding_idx", getattr(layer, "_padding_idx", None))
-            padding = None if padding is None or padding < 0 else int(padding)
+            padding, _ = table_settings(layer)
             self.tables[name] = _Table(name, layer, np.zeros(rows, dtype=bool), padding,
                                        collections.deque(maxlen=self.alerts.norm_window))
         if not self.tables:

@@ -18,6 +18,14 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).split(".")[-1].lower()
 
 
+def table_settings(layer: paddle.nn.Layer) -> tuple[int | None, bool]:
+    """(padding_idx, sparse) of a paddle_edo table or a ``paddle.nn.Embedding`` (which keeps them
+    private and stores padding -1 for "none")."""
+    padding = getattr(layer, "padding_idx", getattr(layer, "_padding_idx", None))
+    padding = None if padding is None or padding < 0 else int(padding)
+    return padding, bool(getattr(layer, "sparse", getattr(layer, "_sparse", True)))
+
+
 class EmbeddingBase(paddle.nn.Layer):
     """Base of every embedding layer in paddle_edo.
 
@@ -121,12 +129,15 @@ class CompositeEmbedding(EmbeddingBase):
         return vectors * keep
 
 
+def unpacked_tables(model: paddle.nn.Layer) -> dict[str, EmbeddingBase]:
+    """Tables still in the full form they train in (QAT / PTQ quantized, clustered), by name."""
+    return {name: layer for name, layer in model.named_sublayers()
+            if isinstance(layer, EmbeddingBase) and not layer.packed}
+
+
 def pack_trained(model: paddle.nn.Layer) -> list[str]:
-    """Pack every table that trained in full form (QAT / PTQ quantized, clustered) after training;
-    returns the names of the tables packed."""
-    packed = []
-    for name, layer in model.named_sublayers():
-        if isinstance(layer, EmbeddingBase) and not layer.packed:
-            layer.pack()
-            packed.append(name)
-    return packed
+    """Pack every table that trained in full form, after training; returns the names of those packed."""
+    tables = unpacked_tables(model)
+    for layer in tables.values():
+        layer.pack()
+    return list(tables)

@@ -6,7 +6,7 @@ import paddle
 
 from ..kmeans import kmeans
 from ..schema import Option
-from .base import CompositeEmbedding
+from .base import CompositeEmbedding, table_settings
 from .dense import DenseEmbedding
 from .registry import register_embedding
 
@@ -96,11 +96,9 @@ class ClusteredEmbedding(CompositeEmbedding):
     def from_embedding(cls, embedding: paddle.nn.Layer, frequencies: np.ndarray, num_clusters: int,
                        keep_top: int, seed: int = 0) -> "ClusteredEmbedding":
         weight = embedding.weight.numpy()
-        padding_idx = getattr(embedding, "padding_idx", getattr(embedding, "_padding_idx", None))
-        padding_idx = None if padding_idx is None or padding_idx < 0 else int(padding_idx)
+        padding_idx, sparse = table_settings(embedding)
         mapping, rows = cluster_rows(weight, frequencies, num_clusters, keep_top, padding_idx, seed,
                                      f"{cls.__name__}.from_embedding")
-        sparse = getattr(embedding, "sparse", getattr(embedding, "_sparse", True))
         return cls(weight.shape[0], weight.shape[1], mapping, rows, padding_idx, sparse)
 
     def pack(self) -> "ClusteredEmbedding":

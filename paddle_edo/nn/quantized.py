@@ -10,7 +10,7 @@ import paddle.nn.functional as F
 from ..quant import codecs
 from ..quant.formats import FORMATS, QuantFormat, get_format
 from ..schema import ConfigError, Option
-from .base import EmbeddingBase
+from .base import EmbeddingBase, table_settings
 from .registry import register_embedding
 
 MODES = ("ptq", "qat", "low_precision")
@@ -180,13 +180,12 @@ class QuantizedEmbedding(EmbeddingBase):
     @paddle.no_grad()
     def apply_row_updates(self, learning_rate: float) -> None:
         """Apply the row gradients of this step's lookups, then re-encode those rows stochastically."""
-        touched = [(ids, rows) for ids, rows in self._touched if rows.grad is not None]
+        found = self.row_gradients()
         self._touched.clear()
-        if not touched:
+        if found is None:
             return
-        ids = paddle.concat([i for i, _ in touched])
+        ids, grads = found
         unique, inverse = paddle.unique(ids, return_inverse=True)
-        grads = paddle.concat([r.grad for _, r in touched])
         grad = paddle.zeros([unique.shape[0], self.embedding_dim], dtype="float32").index_add(inverse, 0, grads)
         if self.padding_idx is not None:
             grad = grad * (unique != self.padding_idx).astype("float32").unsqueeze(-1)
@@ -209,10 +208,7 @@ class QuantizedEmbedding(EmbeddingBase):
         weight = embedding.weight
         if len(weight.shape) != 2:
             raise ValueError(f"from_embedding: {embedding.full_name()} has a weight of shape {weight.shape}")
-        padding_idx = getattr(embedding, "padding_idx", getattr(embedding, "_padding_idx", None))
-        sparse = getattr(embedding, "sparse", getattr(embedding, "_sparse", True))
-        if padding_idx is not None and padding_idx < 0:
-            padding_idx = None  # paddle.nn.Embedding stores -1 for "none"
+        padding_idx, sparse = table_settings(embedding)
         return cls(weight.shape[0], weight.shape[1], dtype=dtype, padding_idx=padding_idx, sparse=sparse,
                    weight=weight.detach(), packed=True)
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from fnmatch import fnmatch
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import paddle
 
@@ -16,6 +16,13 @@ def _selected(name: str, include: Iterable[str] | None, exclude: Iterable[str] |
     return not (exclude is not None and any(fnmatch(name, p) for p in exclude))
 
 
+def _children(model: paddle.nn.Layer) -> Iterator[tuple[paddle.nn.Layer, str, str, paddle.nn.Layer]]:
+    """(parent, key, full name, child) for every sublayer, listed before any is swapped."""
+    for parent_name, parent in list(model.named_sublayers(include_self=True)):
+        for key, child in list(parent._sub_layers.items()):
+            yield parent, key, f"{parent_name}.{key}" if parent_name else key, child
+
+
 def quantize(model: paddle.nn.Layer, dtype: str = "int8", include: Iterable[str] | None = None,
              exclude: Iterable[str] | None = None) -> paddle.nn.Layer:
     """Replace every ``paddle.nn.Embedding`` and ``DenseEmbedding`` under ``model`` by a packed
@@ -27,15 +34,13 @@ def quantize(model: paddle.nn.Layer, dtype: str = "int8", include: Iterable[str]
     if isinstance(model, (paddle.nn.Embedding, DenseEmbedding)):
         raise TypeError("quantize() swaps sublayers in place; for a bare table use "
                         "QuantizedEmbedding.from_embedding(table, dtype)")
-    for parent_name, parent in list(model.named_sublayers(include_self=True)):
-        for child_name, child in list(parent._sub_layers.items()):
-            name = f"{parent_name}.{child_name}" if parent_name else child_name
-            if not _selected(name, include, exclude):
-                continue
-            if isinstance(child, (paddle.nn.Embedding, DenseEmbedding)):
-                parent._sub_layers[child_name] = QuantizedEmbedding.from_embedding(child, dtype)
-            elif isinstance(child, QuantizedEmbedding) and not child.packed:
-                child.pack()
+    for parent, key, name, child in _children(model):
+        if not _selected(name, include, exclude):
+            continue
+        if isinstance(child, (paddle.nn.Embedding, DenseEmbedding)):
+            parent._sub_layers[key] = QuantizedEmbedding.from_embedding(child, dtype)
+        elif isinstance(child, QuantizedEmbedding) and not child.packed:
+            child.pack()
     return model
 
 
@@ -47,8 +52,7 @@ def row_updated_tables(model: paddle.nn.Layer) -> list[QuantizedEmbedding]:
 
 def dequantize_model(model: paddle.nn.Layer) -> paddle.nn.Layer:
     """Replace every QuantizedEmbedding by the fp32 ``paddle.nn.Embedding`` it decodes to; returns the model."""
-    for _, parent in list(model.named_sublayers(include_self=True)):
-        for child_name, child in list(parent._sub_layers.items()):
-            if isinstance(child, QuantizedEmbedding):
-                parent._sub_layers[child_name] = child.dequantize()
+    for parent, key, _, child in _children(model):
+        if isinstance(child, QuantizedEmbedding):
+            parent._sub_layers[key] = child.dequantize()
     return model
