@@ -18,6 +18,7 @@ setup: $(STAMP)
 
 data: $(STAMP)
 	$(PY) tools/get_data.py movielens
+	$(PY) tools/get_data.py chnsenti
 
 demo: data
 	$(PY) tools/train.py -c configs/movielens_dense.yaml

@@ -23,6 +23,9 @@ setup(
         "gpu": ["paddlepaddle-gpu==2.6.2"],
         "test": ["pytest>=7"],
         "faiss": ["faiss-cpu"],  # ClusteredEmbedding uses faiss.Kmeans when present, numpy otherwise
-        "nlp": ["paddlenlp==2.8.1", "huggingface_hub<0.26", "aistudio-sdk<0.2", "datasets<3", "pyarrow<18"],
+        # paddlenlp 2.8.1 beside Paddle 2.6: newer releases of these break its import (zlib clashes with
+        # libpaddle's own copy, API changes); measured in a fresh venv
+        "nlp": ["paddlenlp==2.8.1", "huggingface_hub<0.26", "aistudio-sdk<0.2", "datasets<3", "pyarrow<18",
+                "scipy<1.17", "scikit-learn<1.7", "aiohttp<3.14"],
     },
 )

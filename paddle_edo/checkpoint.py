@@ -7,6 +7,8 @@ from typing import Any
 
 import paddle
 
+from .nn.cached import load_model_with_caches
+
 
 class CheckpointError(RuntimeError):
     pass
@@ -61,4 +63,4 @@ def load_model_state(model: paddle.nn.Layer, state: dict[str, Any], source: str 
         if shape != list(tensor.shape) or dtype != str(tensor.dtype).split(".")[-1]:
             raise CheckpointError(f"{source}: {key!r} is {dtype}{shape} in the checkpoint, but the model "
                                   f"holds {str(tensor.dtype).split('.')[-1]}{list(tensor.shape)}")
-    model.set_state_dict(state)
+    model.set_state_dict(load_model_with_caches(model, state))

@@ -7,6 +7,7 @@ from typing import Any, Iterable
 
 import yaml
 
+from .nn.char_word import FUSIONS
 from .nn.registry import check_embedding_section, embedding_class
 from .schema import ConfigError, Option, check_section
 
@@ -14,7 +15,8 @@ OPTIMIZERS = ("adam", "adagrad", "sgd", "momentum", "rmsprop")
 
 SCHEMA: dict[str, dict[str, Any]] = {
     "data": {
-        "name": Option("movielens", str, choices=("movielens", "synthetic", "csv"), doc="which data set"),
+        "name": Option("movielens", str, choices=("movielens", "synthetic", "csv", "chnsenti"),
+                       doc="which data set"),
         "cache_dir": Option(None, str, nullable=True, doc="where fetched data is unpacked"),
         "split": Option([0.8, 0.1, 0.1], list, item_kind=float, low=0.0, high=1.0,
                         doc="train / valid / test fractions"),
@@ -32,14 +34,30 @@ SCHEMA: dict[str, dict[str, Any]] = {
             "fields": Option({}, dict, doc="column name -> vocabulary size"),
             "multi_value_separator": Option("|", str),
         },
+        "text": {  # data.name: chnsenti (Chinese review sentiment): segmentation and vocabularies
+            "max_words": Option(48, int, low=1, doc="words kept per sentence"),
+            "max_chars_per_word": Option(4, int, low=1, doc="characters kept per word"),
+            "min_freq": Option(1, int, low=1, doc="training-split count a word needs to enter the vocabulary"),
+            "max_word_vocab": Option(None, int, low=3, nullable=True, doc="cap on word ids, [PAD] and [UNK] included"),
+            "max_char_vocab": Option(None, int, low=3, nullable=True, doc="cap on character ids"),
+            "hmm": Option(True, bool, doc="jieba's HMM for words missing from its dictionary"),
+            "user_dicts": Option([], list, item_kind=str, doc="jieba user dictionaries"),
+        },
     },
     "model": {
-        "name": Option("deepfm", str, choices=("deepfm",)),
+        "name": Option("deepfm", str, choices=("deepfm", "text_classifier")),
         "hidden_units": Option([256, 128], list, item_kind=int, low=1),
         "dropout": Option(0.0, float, low=0.0, high=0.95),
         "first_order": Option(True, bool, doc="per-id first-order weights (tables of dim 1)"),
         "fm": Option(True, bool, doc="factorisation-machine pairwise term"),
         "pooling": Option("mean", str, choices=("mean", "sum"), doc="pooling of multi-valued fields"),
+        "fusion": Option("gate", str, choices=FUSIONS, doc="text_classifier: how word and character vectors fuse"),
+        "word_dropout": Option(0.0, float, low=0.0, high=0.95,
+                               doc="text_classifier: share of known training words treated as unknown"),
+        "pretrained": {  # text_classifier: a user's word2vec files (text, or binary when named .bin)
+            "words": Option(None, str, nullable=True, doc="vectors for the word table"),
+            "chars": Option(None, str, nullable=True, doc="vectors for the character table"),
+        },
     },
     "embedding": {},  # validated by the registry: common keys plus the chosen type's own
     "monitor": {
@@ -105,6 +123,9 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
     split = config["data"]["split"]
     if len(split) != 3 or abs(sum(split) - 1.0) > 1e-6 or min(split) <= 0:
         raise ConfigError(f"data.split = {split} must be three positive fractions that add up to 1")
+    if config["model"]["name"] == "text_classifier" and config["data"]["name"] != "chnsenti":
+        raise ConfigError(f"model.name = 'text_classifier' needs text data (data.name: chnsenti), "
+                          f"not data.name = {config['data']['name']!r}")
     if config["data"]["name"] == "csv":
         csv = config["data"]["csv"]
         if not csv["path"]:

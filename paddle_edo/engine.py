@@ -18,13 +18,16 @@ from .checkpoint import CheckpointError, load_checkpoint, load_model_state, save
 from .config import dump_config
 from .data import CTRBatches, CTRTable, count_frequencies, load_dataset, make_loader
 from .memory import embedding_layers, memory_report
-from .metrics import auc, logloss
+from .metrics import accuracy, auc, logloss
 from .models import build_model
 from .monitor import monitors_from_config
 from .nn.registry import embedding_class
 from .nn.base import pack_trained, unpacked_tables
+from .nn.cached import bind_optimizer, cached_layers, uncache
 from .quant.convert import row_updated_tables
 from .progress import ProgressBar
+from .schema import ConfigError
+from .text import load_pretrained
 
 logger = logging.getLogger("paddle_edo")
 
@@ -78,6 +81,11 @@ class Engine:
         with unique_name.guard(self._names):
             self.model = build_model(self.fields, config, frequencies)
             self.optimizer = build_optimizer(config, self.model)
+            bind_optimizer(self.model, self.optimizer)  # cached tables carry the optimizer's row state
+        fields_of_tables = getattr(self.model, "table_fields", dict)()
+        self.prefetching = [(layer, fields_of_tables[name]) for name, layer in cached_layers(self.model).items()
+                            if layer.prefetcher is not None and name in fields_of_tables]
+        self._load_pretrained(config["model"].get("pretrained", {}))
         self.table_learning_rate = train["embedding_learning_rate"] or train["learning_rate"]
         self.row_tables = row_updated_tables(self.model)
         for table in self.row_tables:
@@ -98,6 +106,20 @@ class Engine:
         self.step_in_epoch = 0   # steps finished in the current epoch
         self.global_step = 0
         self.history: list[dict[str, float]] = []
+
+    def _load_pretrained(self, files: dict[str, str | None]) -> None:
+        """Copy a user's word2vec vectors into the tables of the fields they name (text models)."""
+        tables = {field: name for name, field in getattr(self.model, "table_fields", dict)().items()}
+        for field, path in files.items():
+            if not path:
+                continue
+            if field not in tables or field not in self.splits.vocabularies:
+                raise ConfigError(f"model.pretrained.{field} = {path!r}: this model has no {field} table with a "
+                                  f"vocabulary to match vectors against")
+            table = dict(self.model.named_sublayers())[tables[field]]
+            report = load_pretrained(table.weight, self.splits.vocabularies[field], path)
+            logger.info("pretrained %s: %d of %d tokens found in %s (%d vectors); the rest keep their initial "
+                        "values", field, report.hits, report.hits + report.misses, path, report.file_tokens)
 
     @property
     def checkpoint_path(self) -> Path:
@@ -129,9 +151,10 @@ class Engine:
         self.global_step, self.history = state["global_step"], list(state["history"])
 
     def load_for_serving(self, path: str | Path) -> list[str]:
-        """Load a checkpoint and pack its QAT / PTQ tables, as the end of training does; returns those packed."""
+        """Load a checkpoint, pack its QAT / PTQ tables as the end of training does, and turn cached
+        tables into dense ones (export needs the whole table in the graph); returns the tables changed."""
         self.load(path)
-        return pack_trained(self.model)
+        return pack_trained(self.model) + uncache(self.model)
 
     # ----------------------------------------------------------------- train
     def fit(self) -> dict[str, float]:
@@ -161,6 +184,9 @@ class Engine:
             self.history.append(logs)
             logger.info("epoch %d/%d  loss %.4f  valid auc %.4f  valid logloss %.4f", self.epoch,
                         train["epochs"], logs["loss"], logs["valid_auc"], logs["valid_logloss"])
+            for name, statistics in self.cache_statistics().items():
+                logger.info("cache %s: hit rate %.3f, %d misses, %d evictions", name, statistics["hit_rate"],
+                            statistics["misses"], statistics["evictions"])
             self.save()
             for cb in self.callbacks:
                 cb.on_epoch_end(self, self.epoch, logs)
@@ -169,6 +195,9 @@ class Engine:
             results.update({f"test_{k}_before_packing": v for k, v in self.evaluate("test").items()})
             logger.info("packed tables for serving: %s", ", ".join(pack_trained(self.model)))
         results.update({f"test_{k}": v for k, v in self.evaluate("test").items()})
+        for subset in self.splits.extra:
+            results.update({f"{subset}_{k}": v for k, v in self.evaluate(subset).items()})
+            results[f"{subset}_rows"] = len(self.splits.extra[subset])
         results["train_seconds"] = time.perf_counter() - start
         for cb in self.callbacks:
             cb.on_train_end(self, results)
@@ -194,8 +223,11 @@ class Engine:
         bar.steps = self.step_in_epoch
         losses = []
         start = time.perf_counter()
-        for batch in make_loader(batches):
-            loss = self._train_step(batch)
+        loader = iter(make_loader(batches))
+        following = next(loader, None)
+        while following is not None:
+            batch, following = following, next(loader, None)
+            loss = self._train_step(batch, following)
             losses.append(loss)
             self.step_in_epoch += 1
             self.global_step += 1
@@ -208,7 +240,8 @@ class Engine:
                 self.save()
         return {"loss": float(np.mean(losses)) if losses else float("nan"), "seconds": time.perf_counter() - start}
 
-    def _train_step(self, batch: dict[str, paddle.Tensor]) -> float:
+    def _train_step(self, batch: dict[str, paddle.Tensor], following: dict[str, paddle.Tensor] | None = None
+                    ) -> float:
         # Randomness (dropout, stochastic rounding) is a function of (seed, step), so a resumed run draws
         # what the uninterrupted one drew: Paddle 2.6 cannot save its generator state (paddle.save keeps
         # only the seed of a GeneratorState).
@@ -218,6 +251,9 @@ class Engine:
         with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
             logits = self.model(ids)
             loss = F.binary_cross_entropy_with_logits(logits.astype("float32"), batch["label"])
+        if following is not None:  # cached tables read the next batch's misses while this step runs
+            for layer, field in self.prefetching:
+                layer.prefetch(following[field])
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
             self._after_backward()
@@ -250,12 +286,19 @@ class Engine:
         return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
 
     def evaluate(self, split: str = "test") -> dict[str, float]:
-        table: CTRTable = getattr(self.splits, split)
+        """AUC, logloss and accuracy on ``train``, ``valid``, ``test`` or a named extra subset of the data
+        (``test_oov`` of text data: test sentences with a word never seen in training)."""
+        table: CTRTable = self.splits.extra[split] if split in self.splits.extra else getattr(self.splits, split)
         probabilities = self.predict(table)
-        return {"auc": auc(table.labels, probabilities), "logloss": logloss(table.labels, probabilities)}
+        return {"auc": auc(table.labels, probabilities), "logloss": logloss(table.labels, probabilities),
+                "accuracy": accuracy(table.labels, probabilities)}
 
     def memory_report(self):
         return memory_report(self.model)
+
+    def cache_statistics(self) -> dict[str, dict[str, float]]:
+        """Counters of each cached table (hits, misses, evictions, bytes moved), by table name."""
+        return {name: layer.statistics() for name, layer in cached_layers(self.model).items()}
 
 
 def _first_difference(path: str, old: Any, new: Any) -> str:

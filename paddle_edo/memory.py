@@ -17,6 +17,7 @@ class TableMemory:
     dtype: str
     estimated_bytes: int
     held_bytes: int
+    host_bytes: int = 0  # a cached table's full copy in host RAM or files, beside the device bytes
 
 
 @dataclass(frozen=True)
@@ -31,15 +32,21 @@ class MemoryReport:
     def held_bytes(self) -> int:
         return sum(t.held_bytes for t in self.tables)
 
+    @property
+    def host_bytes(self) -> int:
+        return sum(t.host_bytes for t in self.tables)
+
     def to_dict(self) -> dict:
         return {"tables": [asdict(t) for t in self.tables], "estimated_bytes": self.estimated_bytes,
-                "held_bytes": self.held_bytes}
+                "held_bytes": self.held_bytes, "host_bytes": self.host_bytes}
 
     def __str__(self) -> str:
-        header = ("table", "type", "rows", "dim", "dtype", "estimated", "held")
+        host = self.host_bytes > 0  # a column for cached tables' host copies, when there are any
+        header = ("table", "type", "rows", "dim", "dtype", "estimated", "held") + (("host",) if host else ())
         rows = [(t.name, t.kind, str(t.rows), str(t.dim), t.dtype, format_bytes(t.estimated_bytes),
-                 format_bytes(t.held_bytes)) for t in self.tables]
-        rows.append(("total", "", "", "", "", format_bytes(self.estimated_bytes), format_bytes(self.held_bytes)))
+                 format_bytes(t.held_bytes)) + ((format_bytes(t.host_bytes),) if host else ()) for t in self.tables]
+        rows.append(("total", "", "", "", "", format_bytes(self.estimated_bytes), format_bytes(self.held_bytes))
+                    + ((format_bytes(self.host_bytes),) if host else ()))
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         lines = ["  ".join(c.ljust(w) if i < 2 or i == 4 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
                  for r in [header, *rows]]
@@ -92,5 +99,7 @@ def memory_report(model: paddle.nn.Layer) -> MemoryReport:
             rows, dim = layer.weight.shape
             kind, dtype = "paddle.nn.Embedding", dtype_name(layer.weight.dtype)
             estimate = rows * dim * layer.weight.element_size()
-        tables.append(TableMemory(name or type(layer).__name__, kind, rows, dim, dtype, estimate, held_bytes(layer)))
+        host = layer.host_bytes() if callable(getattr(layer, "host_bytes", None)) else 0
+        tables.append(TableMemory(name or type(layer).__name__, kind, rows, dim, dtype, estimate, held_bytes(layer),
+                                  host))
     return MemoryReport(tables)

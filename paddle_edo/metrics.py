@@ -28,3 +28,9 @@ def logloss(labels: np.ndarray, probabilities: np.ndarray, eps: float = 1e-7) ->
     y = np.asarray(labels, dtype=np.float64).ravel()
     p = np.clip(np.asarray(probabilities, dtype=np.float64).ravel(), eps, 1.0 - eps)
     return float(-np.mean(y * np.log(p) + (1.0 - y) * np.log(1.0 - p)))
+
+
+def accuracy(labels: np.ndarray, probabilities: np.ndarray, threshold: float = 0.5) -> float:
+    """Share of rows whose probability falls on the side of ``threshold`` their 0/1 label is on."""
+    y = np.asarray(labels).ravel() > 0.5
+    return float(np.mean((np.asarray(probabilities).ravel() > threshold) == y))

@@ -191,3 +191,29 @@ def test_low_precision_training_learns_and_resumes_exactly(tmp_path):
     assert resumed.fit()["test_auc"] == expected["test_auc"]
     for key, value in full.model.state_dict().items():
         np.testing.assert_array_equal(resumed.model.state_dict()[key].numpy(), value.numpy(), err_msg=key)
+
+
+def cached_config(output_dir, **train):
+    config = small_synthetic_config(output_dir, **train)
+    config["embedding"].update(type="cached", cache_ratio=0.6, policy="lfu", host="mmap",
+                               path=str(output_dir / "tables"))
+    return config
+
+
+def test_a_cached_run_resumes_exactly_and_exports(tmp_path):
+    full = Engine(cached_config(tmp_path / "full", checkpoint_every_steps=10))
+    expected = full.fit()
+    statistics = full.cache_statistics()["embeddings.f0"]
+    assert 0 < statistics["hit_rate"] < 1 and statistics["evictions"] > 0
+    interrupted = Engine(cached_config(tmp_path / "run", checkpoint_every_steps=10), callbacks=[StopAt(21)])
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.fit()
+    resumed = Engine(cached_config(tmp_path / "run", checkpoint_every_steps=10, resume=True))
+    results = resumed.fit()
+    assert (results["test_auc"], results["test_logloss"]) == (expected["test_auc"], expected["test_logloss"])
+    for key, value in params(full).items():
+        np.testing.assert_array_equal(params(resumed)[key], value, err_msg=key)
+    assert expected["test_auc"] > 0.6
+    assert sorted(resumed.load_for_serving(resumed.checkpoint_path))[:2] == ["embeddings.f0", "embeddings.f1"]
+    assert all(isinstance(layer, DenseEmbedding) for layer in resumed.model.embeddings.values())
+    assert resumed.evaluate("test")["auc"] == expected["test_auc"]

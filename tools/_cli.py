@@ -46,19 +46,29 @@ def fail_cleanly() -> Iterator[None]:
         sys.exit(2)
 
 
-def results_table(config: dict[str, Any], results: dict[str, float], report: Any) -> str:
+def results_table(config: dict[str, Any], results: dict[str, float], report: Any,
+                  caches: dict[str, dict[str, float]] | None = None) -> str:
     from paddle_edo.memory import format_bytes
 
     rows = [("experiment", f"{config['data']['name']} / {config['model']['name']} / "
                            f"embedding {config['embedding']['type']} dim {config['embedding']['dim']}"),
             ("test AUC", f"{results['test_auc']:.4f}"),
             ("test logloss", f"{results['test_logloss']:.4f}"),
-            ("train time", f"{results['train_seconds']:.1f} s")]
+            ("test accuracy", f"{results['test_accuracy']:.4f}")]
+    for subset in sorted({k[: -len("_rows")] for k in results if k.endswith("_rows")}):
+        rows.append((f"{subset} ({results[subset + '_rows']} rows)",
+                     f"accuracy {results[subset + '_accuracy']:.4f}, AUC {results[subset + '_auc']:.4f}"))
+    rows.append(("train time", f"{results['train_seconds']:.1f} s"))
     for table in report.tables:
         rows.append((f"memory {table.name}", f"{format_bytes(table.estimated_bytes)} estimated, "
                                              f"{format_bytes(table.held_bytes)} held ({table.dtype})"))
     rows.append(("memory total", f"{format_bytes(report.estimated_bytes)} estimated, "
-                                 f"{format_bytes(report.held_bytes)} held"))
+                                 f"{format_bytes(report.held_bytes)} held"
+                                 + (f", {format_bytes(report.host_bytes)} on the host" if report.host_bytes else "")))
+    for name, c in (caches or {}).items():
+        rows.append((f"cache {name}", f"hit rate {c['hit_rate']:.3f}: {int(c['hits'])} hits, {int(c['misses'])} "
+                                      f"misses, {int(c['evictions'])} evictions, {format_bytes(int(c['bytes_to_device']))}"
+                                      f" to device, {format_bytes(int(c['bytes_to_host']))} to host"))
     width = max(len(k) for k, _ in rows)
     line = "=" * (width + 2 + max(len(v) for _, v in rows))
     return "\n".join([line, *(f"{k.ljust(width)}  {v}" for k, v in rows), line])

@@ -3,6 +3,8 @@
   python tools/bench.py quantized [--quick] [--out docs/benchmarks]
   python tools/bench.py shared [--data movielens|synthetic|lookups]
   python tools/bench.py monitor [--repeats 5]
+  python tools/bench.py cache [--quick] [--skip-hit-rates]
+  python tools/bench.py text [--seeds 1 2 3] [--epochs N]
 """
 from __future__ import annotations
 
@@ -287,6 +289,31 @@ def monitor_benchmark(repeats: int) -> dict:
             "overhead_pct": {name: 100.0 * (median[name] / median["off"] - 1.0) for name in variants}}
 
 
+def cache_benchmark(quick: bool, skip_hit_rates: bool, threads: int, out: Path) -> int:
+    from tools import bench_cache
+
+    stem = out / ("cache_quick" if quick else "cache")
+    if skip_hit_rates:
+        hit_rates = json.loads(stem.with_suffix(".json").read_text())["hit_rates"]
+    else:
+        rows_list = [100_000] if quick else [1_000_000, 10_000_000]
+        ids_per_step = 512 if quick else 4096
+        print(f"hit rates: Zipf(1.05), {ids_per_step} ids per step, tables of {rows_list} rows", flush=True)
+        hit_rates = bench_cache.hit_rate_benchmark(rows_list, [0.01, 0.05, 0.2], 200 if quick else 1000,
+                                                   ids_per_step, 1.05)
+    print(f"step time: {threads} threads, {MALLOC}", flush=True)
+    step_times = [bench_cache.step_time_benchmark(rows, 32, 2048, 8, 0.2, 1.05, warmup=20 if quick else 100,
+                                                  repeats=10 if quick else 60)
+                  for rows in ([100_000] if quick else [1_000_000, 10_000_000])]
+    for result in step_times:
+        result["settings"].update(threads=threads, malloc=MALLOC)
+    stem.with_suffix(".json").write_text(json.dumps({"hit_rates": hit_rates, "step_time": step_times}, indent=2))
+    table = bench_cache.markdown(hit_rates, step_times)
+    stem.with_suffix(".md").write_text(table + "\n")
+    print(table)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
@@ -306,8 +333,18 @@ def main(argv: list[str] | None = None) -> int:
     monitor.add_argument("--repeats", type=int, default=5)
     monitor.add_argument("--threads", type=int, default=2)
     monitor.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
+    cache = sub.add_parser("cache", help="cache hit rates against Belady, step time against a resident table")
+    cache.add_argument("--quick", action="store_true", help="short traces, one table size (a smoke test)")
+    cache.add_argument("--skip-hit-rates", action="store_true", help="step times only")
+    cache.add_argument("--threads", type=int, default=2)
+    cache.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
+    text = sub.add_parser("text", help="char+word fusions: sentiment accuracy (all / OOV subset), tokenising speed")
+    text.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    text.add_argument("--epochs", type=int, default=None, help="default: the config's")
+    text.add_argument("--threads", type=int, default=2)
+    text.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     args = parser.parse_args(argv)
-    logging.getLogger("paddle_edo").setLevel(logging.WARNING)  # per-epoch lines off: the tables say it
+    logging.getLogger("paddle_edo").propagate = False  # per-epoch lines go to each run's train.log only
     select_device("auto")
     set_num_threads(args.threads)
     out = Path(args.out)
@@ -335,6 +372,19 @@ def main(argv: list[str] | None = None) -> int:
         (out / "monitor.json").write_text(json.dumps(result, indent=2))
         for name, pct in result["overhead_pct"].items():
             print(f"| {name} | {result['median_seconds'][name]:.2f} s | {pct:+.1f}% |")
+        return 0
+    if args.what == "cache":
+        return cache_benchmark(args.quick, args.skip_hit_rates, args.threads, out)
+    if args.what == "text":
+        from tools import bench_text
+
+        print(f"char+word: {bench_text.CONFIG.name}, seeds {args.seeds}, {args.threads} threads", flush=True)
+        result = {"accuracy": bench_text.accuracy_benchmark(args.seeds, args.epochs),
+                  "throughput": bench_text.throughput_benchmark()}
+        (out / "text.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
+        table = bench_text.markdown(result["accuracy"], result["throughput"])
+        (out / "text.md").write_text(table + "\n")
+        print(table)
         return 0
     rows = 100_000 if args.quick else 1_000_000
     print(f"lookups: {rows} x 64 table, 4096 x 26 Zipf(1.05) ids, {args.threads} threads, {MALLOC}", flush=True)

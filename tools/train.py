@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         if config["monitor"]["enable"]:
             logdir = config["monitor"]["logdir"] or Path(config["train"]["output_dir"]) / "vdl"
             print(f"VisualDL records in {logdir}: visualdl --logdir {logdir}")
-        print(results_table(config, results, engine.memory_report()))
+        print(results_table(config, results, engine.memory_report(), engine.cache_statistics()))
         print(f"test auc {results['test_auc']:.4f}")
         print(f"test logloss {results['test_logloss']:.4f}")
     return 0

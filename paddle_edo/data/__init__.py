@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .chnsenti import load_chnsenti, load_reviews
 from .csv_ctr import load_csv, write_csv
-from .ctr import CTRBatches, CTRTable, DataError, FieldSpec, Splits, count_frequencies, make_loader, split_table
+from .ctr import (CTRBatches, CTRTable, DataError, FieldSpec, Splits, count_frequencies, make_loader, split_rows,
+                  split_table)
 from .fetch import default_cache_dir, fetch
 from .movielens import load_movielens
 from .synthetic import make_synthetic_ctr, zipf_ids
@@ -15,6 +17,8 @@ def load_dataset(data_config: dict[str, Any]) -> Splits:
     name = data_config["name"]
     if name == "movielens":
         table = load_movielens(data_config["cache_dir"])
+    elif name == "chnsenti":
+        return load_chnsenti(data_config)
     elif name == "synthetic":
         table = make_synthetic_ctr(**data_config["synthetic"])
     else:
@@ -24,5 +28,5 @@ def load_dataset(data_config: dict[str, Any]) -> Splits:
 
 
 __all__ = ["CTRBatches", "CTRTable", "DataError", "FieldSpec", "Splits", "count_frequencies", "default_cache_dir",
-           "fetch", "load_csv", "load_dataset", "load_movielens", "make_loader", "make_synthetic_ctr",
-           "split_table", "write_csv", "zipf_ids"]
+           "fetch", "load_chnsenti", "load_csv", "load_dataset", "load_movielens", "load_reviews", "make_loader", "make_synthetic_ctr",
+           "split_rows", "split_table", "write_csv", "zipf_ids"]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field as dataclass_field
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import paddle
@@ -68,19 +68,25 @@ class Splits:
     train: CTRTable
     valid: CTRTable
     test: CTRTable
+    extra: dict[str, CTRTable] = dataclass_field(default_factory=dict)  # named subsets also evaluated
+    vocabularies: dict[str, Any] = dataclass_field(default_factory=dict)  # field -> paddle_edo.text.Vocab
 
     @property
     def fields(self) -> list[FieldSpec]:
         return self.train.fields
 
 
+def split_rows(rows: int, fractions: list[float], seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row indices of a seeded random train / valid / test split."""
+    order = np.random.default_rng(seed).permutation(rows)
+    n_train = int(round(fractions[0] * rows))
+    n_valid = int(round(fractions[1] * rows))
+    return order[:n_train], order[n_train:n_train + n_valid], order[n_train + n_valid:]
+
+
 def split_table(table: CTRTable, fractions: list[float], seed: int) -> Splits:
     """A seeded random train / valid / test split."""
-    order = np.random.default_rng(seed).permutation(len(table))
-    n_train = int(round(fractions[0] * len(table)))
-    n_valid = int(round(fractions[1] * len(table)))
-    return Splits(table.take(order[:n_train]), table.take(order[n_train:n_train + n_valid]),
-                  table.take(order[n_train + n_valid:]))
+    return Splits(*(table.take(rows) for rows in split_rows(len(table), fractions, seed)))
 
 
 def count_frequencies(table: CTRTable) -> dict[str, np.ndarray]:

