@@ -74,6 +74,23 @@ SCHEMA: dict[str, dict[str, Any]] = {
             "norm_window": Option(50, int, low=5),
         },
     },
+    "distributed": {
+        "mode": Option("none", str, choices=("none", "ps", "collective"),
+                       doc="ps: Fleet parameter servers; collective: DataParallel (under paddle.distributed.launch)"),
+        "ps_mode": Option("async", str, choices=("async", "geo", "sync"), doc="sync is refused (segfaults in 2.6.2)"),
+        "k_steps": Option(100, int, low=1, doc="geo: local steps between pushes"),
+        "pull_dense_every": Option(10, int, low=1, doc="async: steps between pulls of the dense parameters"),
+        "entry": Option("none", str, choices=("none", "count_filter", "probability", "show_click"),
+                        doc="feature admission of new ids on the servers"),
+        "count_filter": Option(2, int, low=1, doc="entry count_filter: uses before an id gets a row"),
+        "probability": Option(0.5, float, low=0.0, high=1.0, doc="entry probability: chance of admission"),
+        "table_class": Option("MemorySparseTable", str,
+                              choices=("MemorySparseTable", "SSDSparseTable", "CommonSparseTable")),
+        "sparse_learning_rate": Option(None, float, low=0.0, nullable=True,
+                                       doc="servers' rate for the tables (default: the tables' rate)"),
+        "shard_num": Option(4, int, low=1, doc="shards per sparse table on the servers"),
+        "timeout_s": Option(1800, int, low=10, doc="every process of the job exits non-zero after this long"),
+    },
     "export": {
         "dir": Option(None, str, nullable=True, doc="where tools/export_model.py writes (default: <output_dir>/inference)"),
         "batch_size": Option(4096, int, low=1, doc="batch size of tools/infer.py"),
@@ -126,6 +143,14 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
     if config["model"]["name"] == "text_classifier" and config["data"]["name"] != "chnsenti":
         raise ConfigError(f"model.name = 'text_classifier' needs text data (data.name: chnsenti), "
                           f"not data.name = {config['data']['name']!r}")
+    if config["distributed"]["mode"] == "ps":
+        from .distributed.ps import check_ps_config
+
+        check_ps_config(config)
+    if config["distributed"]["mode"] == "collective" and config["embedding"]["sparse"]:
+        raise ConfigError("distributed.mode = 'collective' needs embedding.sparse = false: Paddle 2.6.2's "
+                          "DataParallel does not all-reduce sparse embedding gradients on CPU (the ranks' "
+                          "tables drift apart silently); or use distributed.mode = 'ps'")
     if config["data"]["name"] == "csv":
         csv = config["data"]["csv"]
         if not csv["path"]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -66,7 +67,9 @@ class Engine:
         self.config = config
         train = config["train"]
         self.output_dir = Path(train["output_dir"])
-        self.callbacks = list(callbacks) + monitors_from_config(config)  # an unwritable logdir fails here
+        self.rank, self.world_size = _parallel_env(config)  # collective mode: one process per rank
+        monitors = monitors_from_config(config) if self.rank == 0 else []
+        self.callbacks = list(callbacks) + monitors  # an unwritable logdir fails here
         self.device = runtime.select_device(train["device"])
         runtime.set_num_threads(train["num_threads"])
         runtime.seed_everything(train["seed"])
@@ -100,7 +103,9 @@ class Engine:
                                                                  dtype=self.amp_dtype)
             if self.amp_dtype == "float16":
                 self.scaler = paddle.amp.GradScaler()
-        self.train_batches = CTRBatches(self.splits.train, train["batch_size"], shuffle=True, seed=train["seed"])
+        self.train_model = paddle.DataParallel(self.model) if self.world_size > 1 else self.model
+        self.train_batches = CTRBatches(_shard(self.splits.train, self.rank, self.world_size), train["batch_size"],
+                                        shuffle=True, seed=train["seed"])
         self.current_batch: dict[str, paddle.Tensor] = {}  # the batch being trained on, for callbacks
         self.epoch = 0           # epochs finished
         self.step_in_epoch = 0   # steps finished in the current epoch
@@ -133,7 +138,9 @@ class Engine:
                 "config": {k: self.config[k] for k in _CHECKPOINT_SECTIONS}}
 
     def save(self, path: str | Path | None = None) -> Path:
-        return save_checkpoint(self.state(), path or self.checkpoint_path)
+        """Write a checkpoint (in collective mode rank 0 writes it; the ranks hold the same parameters)."""
+        path = Path(path or self.checkpoint_path)
+        return save_checkpoint(self.state(), path) if self.rank == 0 else path
 
     def load(self, path: str | Path) -> None:
         """Restore model, optimizer and position from a checkpoint of the same experiment (randomness
@@ -161,7 +168,7 @@ class Engine:
         """Train for train.epochs (resuming if asked), then evaluate on the test split."""
         train = self.config["train"]
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        handler = _attach_log_file(self.output_dir / "train.log")
+        handler = _attach_log_file(self.output_dir / ("train.log" if self.rank == 0 else f"train.rank{self.rank}.log"))
         try:
             with unique_name.guard(self._names):
                 return self._run(train)
@@ -249,7 +256,7 @@ class Engine:
         self.current_batch = batch
         ids = [batch[f.name] for f in self.fields]
         with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
-            logits = self.model(ids)
+            logits = self.train_model(ids)
             loss = F.binary_cross_entropy_with_logits(logits.astype("float32"), batch["label"])
         if following is not None:  # cached tables read the next batch's misses while this step runs
             for layer, field in self.prefetching:
@@ -299,6 +306,26 @@ class Engine:
     def cache_statistics(self) -> dict[str, dict[str, float]]:
         """Counters of each cached table (hits, misses, evictions, bytes moved), by table name."""
         return {name: layer.statistics() for name, layer in cached_layers(self.model).items()}
+
+
+def _parallel_env(config: dict[str, Any]) -> tuple[int, int]:
+    """(rank, world size): (0, 1) unless distributed.mode is 'collective', which needs the launcher."""
+    if config["distributed"]["mode"] != "collective":
+        return 0, 1
+    if "PADDLE_TRAINER_ENDPOINTS" not in os.environ:
+        raise ConfigError("distributed.mode = 'collective' runs under the launcher: python -m "
+                          "paddle.distributed.launch --nproc_per_node 2 tools/train.py -c <config>")
+    paddle.distributed.init_parallel_env()  # gloo on CPU, NCCL on GPU
+    return paddle.distributed.get_rank(), paddle.distributed.get_world_size()
+
+
+def _shard(table: CTRTable, rank: int, world_size: int) -> CTRTable:
+    """Rank ``rank``'s rows of the training split: every rank gets the same count (the all-reduce of each
+    step needs all ranks), so up to world_size - 1 rows are left out."""
+    if world_size == 1:
+        return table
+    usable = len(table) - len(table) % world_size
+    return table.take(np.arange(rank, usable, world_size))
 
 
 def _first_difference(path: str, old: Any, new: Any) -> str:

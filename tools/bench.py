@@ -5,6 +5,7 @@
   python tools/bench.py monitor [--repeats 5]
   python tools/bench.py cache [--quick] [--skip-hit-rates]
   python tools/bench.py text [--seeds 1 2 3] [--epochs N]
+  python tools/bench.py ps
 """
 from __future__ import annotations
 
@@ -343,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     text.add_argument("--epochs", type=int, default=None, help="default: the config's")
     text.add_argument("--threads", type=int, default=2)
     text.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
+    ps = sub.add_parser("ps", help="parameter servers: examples/s with 1 and 2 trainers, bytes pushed per step")
+    ps.add_argument("--threads", type=int, default=2)
+    ps.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     args = parser.parse_args(argv)
     logging.getLogger("paddle_edo").propagate = False  # per-epoch lines go to each run's train.log only
     select_device("auto")
@@ -375,6 +379,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.what == "cache":
         return cache_benchmark(args.quick, args.skip_hit_rates, args.threads, out)
+    if args.what == "ps":
+        from tools import bench_ps
+
+        result = bench_ps.ps_benchmark()
+        (out / "ps.json").write_text(json.dumps(result, indent=2))
+        print(json.dumps(result, indent=2))
+        return 0
     if args.what == "text":
         from tools import bench_text
 

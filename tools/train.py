@@ -18,6 +18,8 @@ def main(argv: list[str] | None = None) -> int:
         from paddle_edo.engine import Engine
 
         config = load_config(args.config, args.override)
+        if config["distributed"]["mode"] == "ps":
+            return run_parameter_server_process(config)
         engine = Engine(config)
         print(engine.memory_report(), flush=True)
         results = engine.fit()
@@ -25,6 +27,23 @@ def main(argv: list[str] | None = None) -> int:
             logdir = config["monitor"]["logdir"] or Path(config["train"]["output_dir"]) / "vdl"
             print(f"VisualDL records in {logdir}: visualdl --logdir {logdir}")
         print(results_table(config, results, engine.memory_report(), engine.cache_statistics()))
+        print(f"test auc {results['test_auc']:.4f}")
+        print(f"test logloss {results['test_logloss']:.4f}")
+        if config["distributed"]["mode"] == "collective":
+            from paddle_edo.distributed.ps import FINISHED
+
+            print(f"{FINISHED} trainer {engine.rank}", flush=True)
+    return 0
+
+
+def run_parameter_server_process(config: dict) -> int:
+    """This process's part of a parameter-server job (the launcher starts servers and trainers alike)."""
+    from paddle_edo.distributed.ps import run_ps
+
+    results = run_ps(config)
+    if results and "test_auc" in results:
+        print(f"parameter-server job: {results['examples_per_second']:.0f} examples/s on trainer 0, "
+              f"loss {results['loss_first_epoch']:.4f} -> {results['loss_last_epoch']:.4f}")
         print(f"test auc {results['test_auc']:.4f}")
         print(f"test logloss {results['test_logloss']:.4f}")
     return 0

@@ -1,0 +1,1 @@
+"""Distributed training: Fleet parameter-server jobs (ps.py) and collective data parallelism."""

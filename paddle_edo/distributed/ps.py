@@ -1,0 +1,308 @@
+"""Fleet parameter-server training: the CTR model built as a static program whose tables are PS sparse
+tables, one process per server or trainer under ``python -m paddle.distributed.launch``.
+
+Paddle 2.6.2 facts this relies on (measured on the CPU wheel, see the README):
+- sync mode segfaults in SendBarrierOp on its first step, so it is refused; async and geo work;
+- async trainers push dense gradients but never pull the updated dense parameters back: they are
+  pulled here every ``pull_dense_every`` steps;
+- ``run_server()`` never returns by itself: after a barrier, trainer 0 stops the servers;
+- a trainer that exits without ``stop_worker()`` segfaults; every trainer must call the save.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+from ..checkpoint import save_checkpoint
+from ..data import CTRBatches, CTRTable, load_dataset
+from ..metrics import accuracy, auc, logloss
+from ..models import build_model
+from ..nn.base import EmbeddingBase
+from ..nn.registry import register_embedding
+from ..schema import ConfigError, Option
+
+logger = logging.getLogger("paddle_edo")
+
+ENTRIES = ("none", "count_filter", "probability", "show_click")
+TABLE_CLASSES = ("MemorySparseTable", "SSDSparseTable", "CommonSparseTable")
+SGD_RULES = {"adam": ("SparseAdamSGDRule", "adam"), "adagrad": ("SparseAdaGradSGDRule", "adagrad"),
+             "sgd": ("SparseNaiveSGDRule", "naive")}
+EXPORT_CHUNK = 8192
+
+
+@register_embedding("ps_sparse")
+class PSEmbedding(EmbeddingBase):
+    """A table held by the parameter servers (``paddle.static.nn.sparse_embedding``); static graph only.
+    ``distributed.mode: ps`` gives every table of the model this type."""
+
+    config_options = {
+        "entry": Option("none", str, choices=ENTRIES, doc="feature admission of new ids"),
+        "count_filter": Option(2, int, low=1, doc="entry count_filter: uses before an id gets a row"),
+        "probability": Option(0.5, float, low=0.0, high=1.0, doc="entry probability: chance of admission"),
+        "table_class": Option("MemorySparseTable", str, choices=TABLE_CLASSES),
+        "geo": Option(False, bool, doc="geo mode: a local table whose deltas reach the servers every k steps"),
+    }
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
+                 sparse: bool = True, entry: str = "none", count_filter: int = 2, probability: float = 0.5,
+                 table_class: str = "MemorySparseTable", geo: bool = False) -> None:
+        super().__init__(num_embeddings, embedding_dim, padding_idx, sparse, check_ids=False)
+        self.entry, self.count_filter, self.probability = entry, count_filter, probability
+        self.table_class, self.geo = table_class, geo
+        self.output: paddle.Tensor | None = None  # the lookup's output variable, for table export
+
+    def _entry(self):
+        if self.entry == "count_filter":
+            return paddle.distributed.CountFilterEntry(self.count_filter)
+        if self.entry == "probability":
+            return paddle.distributed.ProbabilityEntry(self.probability)
+        if self.entry == "show_click":
+            return paddle.distributed.ShowClickEntry("show", "click")
+        return None
+
+    @property
+    def storage_dtype(self) -> str:
+        return "float32"
+
+    def estimated_bytes(self) -> int:
+        return 0  # the rows live on the servers
+
+    def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
+        if paddle.in_dynamic_mode():
+            raise RuntimeError(f"{self.full_name()}: a parameter-server table exists in static programs only")
+        flat = ids.reshape([-1, 1])  # the servers' lookup takes [n, 1] ids
+        attr = paddle.ParamAttr(name=f"ps_{self.full_name()}", initializer=paddle.nn.initializer.Normal(0.0, 0.01))
+        if self.geo:  # geo's communicator needs a plain sparse-gradient table (sparse_embedding fails in init_worker)
+            self.output = paddle.nn.Embedding(self.num_embeddings, self.embedding_dim, self.padding_idx, sparse=True,
+                                              weight_attr=attr)(flat).reshape([-1, self.embedding_dim])
+        else:
+            self.output = paddle.static.nn.sparse_embedding(
+                flat, [self.num_embeddings, self.embedding_dim], padding_idx=self.padding_idx,
+                entry=self._entry(), table_class=self.table_class, param_attr=attr)
+        if len(ids.shape) == 1:
+            return self.output
+        return self.output.reshape([-1, ids.shape[1], self.embedding_dim])
+
+
+def check_ps_config(config: dict[str, Any]) -> None:
+    distributed = config["distributed"]
+    if distributed["ps_mode"] == "sync":
+        raise ConfigError("distributed.ps_mode = 'sync' is refused: on Paddle 2.6.2 synchronous parameter-server "
+                          "training segfaults in SendBarrierOp on its first step; use 'async' or 'geo', or "
+                          "distributed.mode = 'collective' for synchronous data-parallel training")
+    if distributed["entry"] == "show_click":
+        raise ConfigError("distributed.entry = 'show_click' needs show/click inputs the CTR data does not have; "
+                          "use 'none', 'count_filter' or 'probability'")
+    if config["train"]["optimizer"] not in SGD_RULES:
+        raise ConfigError(f"train.optimizer = {config['train']['optimizer']!r} has no parameter-server rule; "
+                          f"expected one of {', '.join(map(repr, SGD_RULES))}")
+    if config["train"]["amp"]["enable"]:
+        raise ConfigError("train.amp.enable = true is not supported with distributed.mode = 'ps'")
+    core = paddle.base.core
+    if not (core.is_compiled_with_distribute() and hasattr(core, "DistFleetWrapper")):
+        raise ConfigError(f"distributed.mode = 'ps' needs a Paddle build with parameter-server support; this "
+                          f"paddle {paddle.__version__} has none (the 3.x CPU wheels on PyPI lack it): install "
+                          f"paddlepaddle==2.6.2")
+
+
+def strategy_from_config(config: dict[str, Any], table_names: list[str]):
+    """DistributedStrategy of the ``distributed`` section: async or geo, sparse rule and shards per table."""
+    from paddle.distributed import fleet
+
+    distributed, train = config["distributed"], config["train"]
+    strategy = fleet.DistributedStrategy()
+    strategy.a_sync = True
+    if distributed["ps_mode"] == "geo":
+        strategy.a_sync_configs = {"k_steps": distributed["k_steps"]}
+    rule, field = SGD_RULES[train["optimizer"]]
+    learning_rate = distributed["sparse_learning_rate"] or train["embedding_learning_rate"] or train["learning_rate"]
+    tables = {}
+    for name in table_names:
+        prefix = f"table_parameters.{name}"
+        tables[name] = {f"{prefix}.shard_num": distributed["shard_num"]}
+        for part in ("embed_sgd_param", "embedx_sgd_param"):
+            tables[name][f"{prefix}.accessor.{part}.name"] = rule
+            tables[name][f"{prefix}.accessor.{part}.{field}.learning_rate"] = learning_rate
+    strategy.sparse_table_configs = tables
+    return strategy
+
+
+class PSJob:
+    """One process of a parameter-server job: a server, or a trainer that trains its share of the data."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        from paddle.distributed import fleet
+
+        check_ps_config(config)
+        if "PADDLE_PSERVERS_IP_PORT_LIST" not in os.environ:
+            raise ConfigError("distributed.mode = 'ps' runs under the launcher: python -m paddle.distributed.launch "
+                              "--server_num=1 --trainer_num=2 tools/train.py -c <config>")
+        self.config = config
+        self.fleet = fleet
+        self.output_dir = Path(config["train"]["output_dir"])
+        paddle.enable_static()
+        fleet.init(is_collective=False)
+        self.role = "server" if fleet.is_server() else f"trainer {fleet.worker_index()}"
+        _exit_after(config["distributed"]["timeout_s"], self.role)
+        paddle.seed(config["train"]["seed"])
+        self.splits = load_dataset(config["data"])
+        self.fields = self.splits.fields
+        self._build()
+
+    def _build(self) -> None:
+        distributed = self.config["distributed"]
+        table_options = {"type": "ps_sparse", "dim": self.config["embedding"]["dim"], "sparse": True,
+                         "entry": distributed["entry"], "count_filter": distributed["count_filter"],
+                         "probability": distributed["probability"], "table_class": distributed["table_class"],
+                         "geo": distributed["ps_mode"] == "geo"}
+        self.model = build_model(self.fields, {**self.config, "embedding": table_options})
+        self.inputs = [paddle.static.data(f.name, [None, f.max_len] if f.multi_valued else [None], "int64")
+                       for f in self.fields]
+        self.label = paddle.static.data("label", [None], "float32")
+        self.logit = self.model(self.inputs)
+        self.loss = F.binary_cross_entropy_with_logits(self.logit, self.label)
+        self.tables = {name: layer for name, layer in self.model.named_sublayers() if isinstance(layer, PSEmbedding)}
+        strategy = strategy_from_config(self.config, [f"ps_{t.full_name()}" for t in self.tables.values()])
+        train = self.config["train"]
+        optimizer = {"adam": paddle.optimizer.Adam, "adagrad": paddle.optimizer.Adagrad,
+                     "sgd": paddle.optimizer.SGD}[train["optimizer"]](train["learning_rate"])
+        # no program_guard: minimize switches the default programs to the rewritten ones
+        self.fleet.distributed_optimizer(optimizer, strategy).minimize(self.loss)
+
+    # ------------------------------------------------------------ run
+    def run(self) -> dict[str, float] | None:
+        if self.fleet.is_server():
+            self.fleet.init_server()
+            logger.info("%s: serving", self.role)
+            self.fleet.run_server()  # returns when trainer 0 stops the servers
+            return None
+        return self._train()
+
+    def _train(self) -> dict[str, float]:
+        from paddle.distributed.ps.utils.public import get_the_one_recv_context
+
+        fleet, train = self.fleet, self.config["train"]
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(paddle.static.default_startup_program())
+        fleet.init_worker()
+        runtime = fleet.fleet._runtime_handle
+
+        def pull_dense() -> None:  # async trainers do not receive dense updates by themselves
+            runtime._worker.client_flush()
+            runtime._pull_all_dense(runtime.scopes, runtime._send_ctx, get_the_one_recv_context(runtime.context))
+
+        rank, trainers = fleet.worker_index(), fleet.worker_num()
+        mine = self.splits.train.take(np.arange(rank, len(self.splits.train), trainers))
+        batches = CTRBatches(mine, train["batch_size"], shuffle=True, seed=train["seed"] + rank)
+        main = paddle.static.default_main_program()
+        every = self.config["distributed"]["pull_dense_every"]
+        step, history, start = 0, [], time.perf_counter()
+        for epoch in range(train["epochs"]):
+            batches.epoch = epoch
+            losses = []
+            for batch in batches:
+                (loss,) = exe.run(main, feed=self._feed(batch), fetch_list=[self.loss])
+                losses.append(float(loss))
+                step += 1
+                if self.config["distributed"]["ps_mode"] == "async" and step % every == 0:
+                    pull_dense()
+            history.append(float(np.mean(losses)))
+            logger.info("%s: epoch %d/%d  loss %.4f", self.role, epoch + 1, train["epochs"], history[-1])
+        seconds = time.perf_counter() - start
+        if self.config["distributed"]["ps_mode"] == "geo":
+            runtime._communicator.stop()  # sends the last deltas
+        pull_dense()
+        fleet.barrier_worker()
+        results: dict[str, float] = {"train_seconds": seconds, "examples_per_second": len(mine) * train["epochs"]
+                                     / seconds, "loss_first_epoch": history[0], "loss_last_epoch": history[-1]}
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        (self.output_dir / f"results.trainer{rank}.json").write_text(json.dumps(results, indent=2))
+        if rank == 0:
+            results.update(self._finish(exe, history))
+        fleet.barrier_worker()  # the others wait for trainer 0's evaluation and export
+        if rank == 0:
+            runtime._worker.stop_server()
+        fleet.stop_worker()
+        return results
+
+    def _feed(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
+        feed = {f.name: np.asarray(batch[f.name]) for f in self.fields}
+        feed["label"] = np.asarray(batch["label"], dtype=np.float32)
+        return feed
+
+    # ------------------------------------------------------------ trainer 0
+    def _finish(self, exe, history: list[float]) -> dict[str, float]:
+        """Evaluate on the test split and write a paddle_edo checkpoint with every table pulled from
+        the servers, so tools/eval.py, export_model.py and infer.py serve the PS-trained model."""
+        forward = paddle.static.default_main_program()._prune(targets=[self.logit])
+        test = self.splits.test
+        logits = np.concatenate([exe.run(forward, feed=self._feed(b), fetch_list=[self.logit])[0]
+                                 for b in CTRBatches(test, 8192, shuffle=False)])
+        probabilities = 1.0 / (1.0 + np.exp(-logits))
+        results = {"test_auc": auc(test.labels, probabilities), "test_logloss": logloss(test.labels, probabilities),
+                   "test_accuracy": accuracy(test.labels, probabilities)}
+        state = {**self._dense_state(), **self._pulled_tables(exe)}
+        save_checkpoint({"model": state, "optimizer": {},
+                         "epoch": self.config["train"]["epochs"], "step_in_epoch": 0, "global_step": 0,
+                         "history": [{"loss": loss} for loss in history],
+                         "config": {k: self.config[k] for k in ("data", "model", "embedding")}},
+                        self.output_dir / "checkpoints" / "last.pdckpt")
+        (self.output_dir / "results.json").write_text(json.dumps(results, indent=2))
+        return results
+
+    def _dense_state(self) -> dict[str, np.ndarray]:
+        scope = paddle.static.global_scope()
+        return {key: np.array(scope.find_var(param.name).get_tensor())
+                for key, param in self.model.state_dict().items()}
+
+    def _pulled_tables(self, exe) -> dict[str, np.ndarray]:
+        """Every row of every table, looked up through the servers (ids a trainer never saw get the
+        server's initial values, as the PS model itself would serve them)."""
+        out = {}
+        for name, table in self.tables.items():
+            field = self.model.table_fields()[name]
+            spec = next(f for f in self.fields if f.name == field)
+            program = paddle.static.default_main_program()._prune(targets=[table.output])
+            rows = []
+            for begin in range(0, table.num_embeddings, EXPORT_CHUNK):
+                ids = np.arange(begin, min(begin + EXPORT_CHUNK, table.num_embeddings), dtype=np.int64)
+                feed_ids = np.zeros((len(ids), spec.max_len), dtype=np.int64) if spec.multi_valued else ids
+                if spec.multi_valued:
+                    feed_ids[:, 0] = ids
+                (vectors,) = exe.run(program, feed={field: feed_ids}, fetch_list=[table.output])
+                rows.append(vectors.reshape(len(ids), spec.max_len, -1)[:, 0])  # the output is [n x max_len, dim]
+            weight = np.concatenate(rows).astype(np.float32)
+            if table.padding_idx is not None:
+                weight[table.padding_idx] = 0.0
+            out[f"{name}.weight"] = weight
+        return out
+
+
+def _exit_after(seconds: int, role: str) -> None:
+    """Bound the process: after ``seconds`` it exits with status 3, which fails the launcher's job."""
+    def expire() -> None:
+        print(f"paddle_edo: {role} passed distributed.timeout_s = {seconds} s; exiting", flush=True)
+        os._exit(3)
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+
+
+FINISHED = "paddle_edo: finished as"  # the last line of every process that ended normally (tools/launch.py)
+
+
+def run_ps(config: dict[str, Any]) -> dict[str, float] | None:
+    """Run this process's part of a PS job; trainers return their results (trainer 0 with test metrics)."""
+    job = PSJob(config)
+    results = job.run()
+    print(f"{FINISHED} {job.role}", flush=True)
+    return results

@@ -1,0 +1,100 @@
+"""Real parameter-server jobs on localhost: 1 server and 2 trainers under paddle.distributed.launch."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from paddle_edo.config import load_config
+from paddle_edo.engine import Engine
+from paddle_edo.schema import ConfigError
+
+from conftest import ROOT
+
+CONFIG = ROOT / "configs" / "ps_movielens.yaml"
+
+
+def launch(out: Path, *overrides: str, timeout: int = 240) -> subprocess.Popen:
+    command = [sys.executable, "-m", "paddle.distributed.launch", "--server_num=1", "--trainer_num=2",
+               "--log_dir", str(out / "log"), str(ROOT / "tools" / "train.py"), "-c", str(CONFIG),
+               "-o", f"train.output_dir={out}", *(x for o in overrides for x in ("-o", o))]
+    env = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def logs(out: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in sorted((out / "log").glob("*log.*")))
+
+
+@pytest.mark.parametrize("ps_mode", ["async", "geo"])
+def test_a_ps_job_trains_like_one_process_and_ends_cleanly(tmp_path, ps_mode):
+    job = launch(tmp_path / "ps", f"distributed.ps_mode={ps_mode}")
+    output, _ = job.communicate(timeout=240)
+    assert job.returncode == 0, output[-3000:] + logs(tmp_path / "ps")[-3000:]
+    results = json.loads((tmp_path / "ps" / "results.json").read_text())
+    single = Engine(load_config(CONFIG, [f"train.output_dir={tmp_path / 'single'}", "distributed.mode=none"])).fit()
+    assert abs(results["test_auc"] - single["test_auc"]) < 0.01
+    text = logs(tmp_path / "ps")
+    for trainer in (0, 1):  # both trainers learned
+        first, last = [float(line.split()[-1]) for line in text.splitlines() if f"trainer {trainer}: epoch" in line]
+        assert last < first
+    # the tables pulled from the servers and the dense parameters rebuild the served model exactly
+    config = load_config(CONFIG, [f"train.output_dir={tmp_path / 'ps'}"])
+    engine = Engine(config)
+    engine.load_for_serving(engine.checkpoint_path)
+    assert engine.evaluate("test")["auc"] == pytest.approx(results["test_auc"], abs=1e-6)
+
+
+def test_a_job_past_its_timeout_fails_and_says_which_processes_and_where_their_logs_are(tmp_path):
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "launch.py"), "-c", str(CONFIG),
+                             "-o", f"train.output_dir={tmp_path}", "-o", "distributed.timeout_s=10",
+                             "-o", "train.epochs=200"], cwd=ROOT, capture_output=True, text=True, timeout=150,
+                            env={**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 1 and time.monotonic() - start < 90
+    assert "error: the ps job failed" in result.stderr
+    reasons = [line for line in result.stderr.splitlines() if line.startswith("  did not finish: ")]
+    assert any(f"({tmp_path / 'log'}/" in line and "passed distributed.timeout_s = 10 s" in line for line in reasons)
+
+
+def test_a_killed_trainer_fails_the_job(tmp_path):
+    job = launch(tmp_path, "train.epochs=200")
+    victim = None
+    deadline = time.monotonic() + 90
+    while victim is None and time.monotonic() < deadline:  # trainer 1: found by its launcher environment
+        time.sleep(1)
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if str(tmp_path).encode() in cmdline and b"TRAINING_ROLE=TRAINER" in environ \
+                    and b"PADDLE_TRAINER_ID=1" in environ:
+                victim = int(pid)
+    assert victim is not None
+    time.sleep(8)  # mid-run
+    os.kill(victim, signal.SIGKILL)
+    start = time.monotonic()
+    output, _ = job.communicate(timeout=120)
+    assert job.returncode != 0 and time.monotonic() - start < 60
+    from tools.launch import unfinished
+
+    failed = unfinished(tmp_path / "log")
+    assert any(line.startswith(f"trainer 1 ({tmp_path / 'log' / 'workerlog.1'})") for line in failed), failed
+
+
+def test_sync_mode_and_missing_launcher_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="ps_mode = 'sync' is refused: .* segfaults in SendBarrierOp"):
+        load_config(CONFIG, ["distributed.ps_mode=sync"])
+    with pytest.raises(ConfigError, match="optimizer = 'momentum' has no parameter-server rule"):
+        load_config(CONFIG, ["train.optimizer=momentum"])
+    from paddle_edo.distributed.ps import run_ps
+
+    config = load_config(CONFIG, [f"train.output_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match="runs under the launcher: python -m paddle.distributed.launch"):
+        run_ps(config)
