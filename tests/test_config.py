@@ -17,7 +17,7 @@ def error_of(*overrides, path=CONFIG):
 def test_every_shipped_config_validates():
     for path in sorted((ROOT / "configs").glob("*.yaml")):
         config = load_config(path)
-        assert set(config) == {"data", "model", "embedding", "monitor", "export", "train"}
+        assert set(config) == {"data", "model", "embedding", "monitor", "distributed", "export", "train"}
 
 
 def test_defaults_are_filled_and_overrides_are_typed_by_yaml():

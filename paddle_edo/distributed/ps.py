@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -22,8 +23,8 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from ..checkpoint import save_checkpoint
-from ..data import CTRBatches, CTRTable, load_dataset
+from ..checkpoint import CheckpointError, save_checkpoint
+from ..data import CTRBatches, load_dataset
 from ..metrics import accuracy, auc, logloss
 from ..models import build_model
 from ..nn.base import EmbeddingBase
@@ -105,6 +106,9 @@ def check_ps_config(config: dict[str, Any]) -> None:
     if config["train"]["optimizer"] not in SGD_RULES:
         raise ConfigError(f"train.optimizer = {config['train']['optimizer']!r} has no parameter-server rule; "
                           f"expected one of {', '.join(map(repr, SGD_RULES))}")
+    if distributed["ps_mode"] == "geo" and config["train"]["resume"] is not False:
+        raise ConfigError("train.resume with distributed.ps_mode = 'geo' is not supported (geo trainers hold "
+                          "their own copies of the tables); resume async jobs")
     if config["train"]["amp"]["enable"]:
         raise ConfigError("train.amp.enable = true is not supported with distributed.mode = 'ps'")
     core = paddle.base.core
@@ -205,8 +209,9 @@ class PSJob:
         batches = CTRBatches(mine, train["batch_size"], shuffle=True, seed=train["seed"] + rank)
         main = paddle.static.default_main_program()
         every = self.config["distributed"]["pull_dense_every"]
-        step, history, start = 0, [], time.perf_counter()
-        for epoch in range(train["epochs"]):
+        first_epoch, history = self._maybe_resume(pull_dense)
+        step, start = 0, time.perf_counter()
+        for epoch in range(first_epoch, train["epochs"]):
             batches.epoch = epoch
             losses = []
             for batch in batches:
@@ -217,12 +222,13 @@ class PSJob:
                     pull_dense()
             history.append(float(np.mean(losses)))
             logger.info("%s: epoch %d/%d  loss %.4f", self.role, epoch + 1, train["epochs"], history[-1])
+            self._save(exe, epoch + 1, history)
         seconds = time.perf_counter() - start
         if self.config["distributed"]["ps_mode"] == "geo":
             runtime._communicator.stop()  # sends the last deltas
         pull_dense()
         fleet.barrier_worker()
-        results: dict[str, float] = {"train_seconds": seconds, "examples_per_second": len(mine) * train["epochs"]
+        results: dict[str, float] = {"train_seconds": seconds, "examples_per_second": step * train["batch_size"]
                                      / seconds, "loss_first_epoch": history[0], "loss_last_epoch": history[-1]}
         self.output_dir.mkdir(parents=True, exist_ok=True)
         (self.output_dir / f"results.trainer{rank}.json").write_text(json.dumps(results, indent=2))
@@ -233,6 +239,48 @@ class PSJob:
             runtime._worker.stop_server()
         fleet.stop_worker()
         return results
+
+    # ------------------------------------------------------------ checkpoints
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.output_dir / "ps_checkpoint"
+
+    def _save(self, exe, epochs_done: int, history: list[float]) -> None:
+        """Servers' tables (sparse and dense, with optimizer state) after an epoch: every trainer calls the
+        save (a barrier is inside; trainer 0 writes), into a fresh folder renamed over the last one."""
+        fresh = self.checkpoint_dir.with_name(self.checkpoint_dir.name + ".tmp")
+        self.fleet.save_persistables(exe, str(fresh))
+        if self.fleet.worker_index() == 0:
+            state = {"epoch": epochs_done, "history": history,
+                     "config": {k: self.config[k] for k in ("data", "model", "embedding")}}
+            (fresh / "state.json").write_text(json.dumps(state))
+            old = self.checkpoint_dir.with_name(self.checkpoint_dir.name + ".old")
+            if self.checkpoint_dir.exists():
+                os.replace(self.checkpoint_dir, old)
+            os.replace(fresh, self.checkpoint_dir)
+            if old.exists():
+                shutil.rmtree(old)
+        self.fleet.barrier_worker()
+
+    def _maybe_resume(self, pull_dense) -> tuple[int, list[float]]:
+        """With train.resume: load the servers' tables of the last epoch checkpoint; (first epoch, losses)."""
+        if self.config["train"]["resume"] is False:
+            return 0, []
+        folder = self.checkpoint_dir
+        if not (folder / "state.json").is_file() and (folder.with_name(folder.name + ".old") / "state.json").is_file():
+            folder = folder.with_name(folder.name + ".old")  # interrupted between the two renames
+        if not (folder / "state.json").is_file():
+            logger.info("%s: train.resume: no parameter-server checkpoint in %s yet; starting afresh", self.role,
+                        self.checkpoint_dir)
+            return 0, []
+        state = json.loads((folder / "state.json").read_text())
+        if state["config"] != {k: self.config[k] for k in ("data", "model", "embedding")}:
+            raise CheckpointError(f"{folder} was made with another data/model/embedding config; resume it "
+                                  f"with the config it was trained with")
+        self.fleet.load_model(str(folder), mode=0)  # trainer 0 loads every table on the servers
+        pull_dense()
+        logger.info("%s: resumed from %s after epoch %d", self.role, folder, state["epoch"])
+        return state["epoch"], list(state["history"])
 
     def _feed(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
         feed = {f.name: np.asarray(batch[f.name]) for f in self.fields}

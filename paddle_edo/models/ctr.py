@@ -8,6 +8,7 @@ import paddle.nn as nn
 
 from ..data.ctr import FieldSpec
 from ..nn.registry import build_embedding
+from .mlp import mlp
 
 
 class DeepFM(nn.Layer):
@@ -34,16 +35,7 @@ class DeepFM(nn.Layer):
         if first_order:
             self.first_order = nn.LayerDict({f.name: build_embedding({**embedding, "dim": 1}, f.vocab_size, 0,
                                                                      frequencies.get(f.name)) for f in self.fields})
-        dim = embedding["dim"]
-        layers: list[nn.Layer] = []
-        width = dim * len(self.fields)
-        for units in hidden_units:
-            layers += [nn.Linear(width, units), nn.ReLU()]
-            if dropout > 0:
-                layers.append(nn.Dropout(dropout))
-            width = units
-        layers.append(nn.Linear(width, 1))
-        self.mlp = nn.Sequential(*layers)
+        self.mlp = mlp(embedding["dim"] * len(self.fields), hidden_units, dropout)
 
     @classmethod
     def from_config(cls, fields: Sequence[FieldSpec], config: dict[str, Any],

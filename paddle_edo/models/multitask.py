@@ -9,6 +9,7 @@ import paddle.nn as nn
 from ..data.ctr import FieldSpec
 from ..nn.multitask import MultiTaskEmbedding
 from ..nn.registry import build_embedding
+from .mlp import mlp
 
 TASKS = ("click", "rating")
 
@@ -25,15 +26,7 @@ class ClickAndRating(nn.Layer):
             f.name: MultiTaskEmbedding(build_embedding(embedding, f.vocab_size, padding_idx=0), TASKS)
             for f in self.fields})
         width = embedding["dim"] * len(self.fields)
-        self.heads = nn.LayerDict({task: self._mlp(width, hidden_units) for task in TASKS})
-
-    @staticmethod
-    def _mlp(width: int, hidden_units: Sequence[int]) -> nn.Sequential:
-        layers: list[nn.Layer] = []
-        for units in hidden_units:
-            layers += [nn.Linear(width, units), nn.ReLU()]
-            width = units
-        return nn.Sequential(*layers, nn.Linear(width, 1))
+        self.heads = nn.LayerDict({task: mlp(width, hidden_units) for task in TASKS})
 
     def _features(self, ids: list[paddle.Tensor], task: str) -> paddle.Tensor:
         pooled = []

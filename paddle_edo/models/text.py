@@ -8,6 +8,7 @@ import paddle.nn as nn
 
 from ..data.ctr import FieldSpec
 from ..nn.char_word import CharWordEmbedding, masked_mean
+from .mlp import mlp
 
 
 class TextClassifier(nn.Layer):
@@ -22,15 +23,7 @@ class TextClassifier(nn.Layer):
         table = {k: v for k, v in embedding.items() if k != "dim"}
         self.embedding = CharWordEmbedding(word_vocab_size, char_vocab_size, embedding["dim"], fusion, table,
                                            word_dropout)
-        layers: list[nn.Layer] = []
-        width = embedding["dim"]
-        for units in hidden_units:
-            layers += [nn.Linear(width, units), nn.ReLU()]
-            if dropout > 0:
-                layers.append(nn.Dropout(dropout))
-            width = units
-        layers.append(nn.Linear(width, 1))
-        self.mlp = nn.Sequential(*layers)
+        self.mlp = mlp(embedding["dim"], hidden_units, dropout)
 
     @classmethod
     def from_config(cls, fields: Sequence[FieldSpec], config: dict[str, Any], frequencies: Any = None

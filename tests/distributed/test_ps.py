@@ -18,16 +18,20 @@ from conftest import ROOT
 CONFIG = ROOT / "configs" / "ps_movielens.yaml"
 
 
-def launch(out: Path, *overrides: str, timeout: int = 240) -> subprocess.Popen:
+def launch(out: Path, *overrides: str, log: str = "log") -> subprocess.Popen:
     command = [sys.executable, "-m", "paddle.distributed.launch", "--server_num=1", "--trainer_num=2",
-               "--log_dir", str(out / "log"), str(ROOT / "tools" / "train.py"), "-c", str(CONFIG),
+               "--log_dir", str(out / log), str(ROOT / "tools" / "train.py"), "-c", str(CONFIG),
                "-o", f"train.output_dir={out}", *(x for o in overrides for x in ("-o", o))]
     env = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def logs(out: Path) -> str:
-    return "".join(p.read_text(errors="replace") for p in sorted((out / "log").glob("*log.*")))
+def logs(out: Path, log: str = "log") -> str:
+    return "".join(p.read_text(errors="replace") for p in sorted((out / log).glob("*log.*")))
+
+
+def epoch_losses(text: str, trainer: int) -> list[float]:
+    return [float(line.split()[-1]) for line in text.splitlines() if f"trainer {trainer}: epoch" in line]
 
 
 @pytest.mark.parametrize("ps_mode", ["async", "geo"])
@@ -40,13 +44,30 @@ def test_a_ps_job_trains_like_one_process_and_ends_cleanly(tmp_path, ps_mode):
     assert abs(results["test_auc"] - single["test_auc"]) < 0.01
     text = logs(tmp_path / "ps")
     for trainer in (0, 1):  # both trainers learned
-        first, last = [float(line.split()[-1]) for line in text.splitlines() if f"trainer {trainer}: epoch" in line]
+        first, last = epoch_losses(text, trainer)
         assert last < first
     # the tables pulled from the servers and the dense parameters rebuild the served model exactly
     config = load_config(CONFIG, [f"train.output_dir={tmp_path / 'ps'}"])
     engine = Engine(config)
     engine.load_for_serving(engine.checkpoint_path)
     assert engine.evaluate("test")["auc"] == pytest.approx(results["test_auc"], abs=1e-6)
+
+
+def test_a_ps_job_resumes_from_its_epoch_checkpoint(tmp_path):
+    first = launch(tmp_path, "train.epochs=1", log="log1")
+    output, _ = first.communicate(timeout=240)
+    assert first.returncode == 0, output[-3000:]
+    assert json.loads((tmp_path / "ps_checkpoint" / "state.json").read_text())["epoch"] == 1
+    second = launch(tmp_path, "train.epochs=2", "train.resume=true", log="log2")
+    output, _ = second.communicate(timeout=240)
+    assert second.returncode == 0, output[-3000:]
+    text = logs(tmp_path, "log2")
+    assert f"resumed from {tmp_path / 'ps_checkpoint'} after epoch 1" in text
+    assert "epoch 1/2" not in text
+    (fresh_epoch,) = epoch_losses(logs(tmp_path, "log1"), 0)
+    (resumed_epoch,) = epoch_losses(text, 0)
+    assert resumed_epoch < fresh_epoch - 0.03  # it went on from the saved tables, not from scratch
+    assert json.loads((tmp_path / "ps_checkpoint" / "state.json").read_text())["epoch"] == 2
 
 
 def test_a_job_past_its_timeout_fails_and_says_which_processes_and_where_their_logs_are(tmp_path):
