@@ -59,7 +59,8 @@ class PSEmbedding(EmbeddingBase):
         super().__init__(num_embeddings, embedding_dim, padding_idx, sparse, check_ids=False)
         self.entry, self.count_filter, self.probability = entry, count_filter, probability
         self.table_class, self.geo = table_class, geo
-        self.output: paddle.Tensor | None = None  # the lookup's output variable, for table export
+        self.ids: paddle.Tensor | None = None     # the lookup's [n, 1] ids and output variables, for export
+        self.output: paddle.Tensor | None = None
 
     def _entry(self):
         if self.entry == "count_filter":
@@ -80,7 +81,7 @@ class PSEmbedding(EmbeddingBase):
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
         if paddle.in_dynamic_mode():
             raise RuntimeError(f"{self.full_name()}: a parameter-server table exists in static programs only")
-        flat = ids.reshape([-1, 1])  # the servers' lookup takes [n, 1] ids
+        flat = self.ids = ids.reshape([-1, 1])  # the servers' lookup takes [n, 1] ids
         attr = paddle.ParamAttr(name=f"ps_{self.full_name()}", initializer=paddle.nn.initializer.Normal(0.0, 0.01))
         if self.geo:  # geo's communicator needs a plain sparse-gradient table (sparse_embedding fails in init_worker)
             self.output = paddle.nn.Embedding(self.num_embeddings, self.embedding_dim, self.padding_idx, sparse=True,
@@ -103,6 +104,10 @@ def check_ps_config(config: dict[str, Any]) -> None:
     if distributed["entry"] == "show_click":
         raise ConfigError("distributed.entry = 'show_click' needs show/click inputs the CTR data does not have; "
                           "use 'none', 'count_filter' or 'probability'")
+    if config["embedding"]["type"] != "dense":
+        raise ConfigError(f"embedding.type = {config['embedding']['type']!r} cannot be used with distributed.mode = "
+                          f"'ps' yet: the servers hold plain tables (type 'dense'); hash and quotient-remainder "
+                          f"layers do not build as static programs on Paddle 2.6.2 (their id-mixing constants)")
     if config["train"]["optimizer"] not in SGD_RULES:
         raise ConfigError(f"train.optimizer = {config['train']['optimizer']!r} has no parameter-server rule; "
                           f"expected one of {', '.join(map(repr, SGD_RULES))}")
@@ -164,11 +169,11 @@ class PSJob:
 
     def _build(self) -> None:
         distributed = self.config["distributed"]
-        table_options = {"type": "ps_sparse", "dim": self.config["embedding"]["dim"], "sparse": True,
-                         "entry": distributed["entry"], "count_filter": distributed["count_filter"],
+        table_options = {"entry": distributed["entry"], "count_filter": distributed["count_filter"],
                          "probability": distributed["probability"], "table_class": distributed["table_class"],
                          "geo": distributed["ps_mode"] == "geo"}
-        self.model = build_model(self.fields, {**self.config, "embedding": table_options})
+        self.model = build_model(self.fields, {**self.config, "embedding": {
+            "type": "ps_sparse", "dim": self.config["embedding"]["dim"], "sparse": True, **table_options}})
         self.inputs = [paddle.static.data(f.name, [None, f.max_len] if f.multi_valued else [None], "int64")
                        for f in self.fields]
         self.label = paddle.static.data("label", [None], "float32")
@@ -298,7 +303,7 @@ class PSJob:
         probabilities = 1.0 / (1.0 + np.exp(-logits))
         results = {"test_auc": auc(test.labels, probabilities), "test_logloss": logloss(test.labels, probabilities),
                    "test_accuracy": accuracy(test.labels, probabilities)}
-        state = {**self._dense_state(), **self._pulled_tables(exe)}
+        state = {**self._dense_state(exe), **self._pulled_tables(exe)}
         save_checkpoint({"model": state, "optimizer": {},
                          "epoch": self.config["train"]["epochs"], "step_in_epoch": 0, "global_step": 0,
                          "history": [{"loss": loss} for loss in history],
@@ -307,27 +312,29 @@ class PSJob:
         (self.output_dir / "results.json").write_text(json.dumps(results, indent=2))
         return results
 
-    def _dense_state(self) -> dict[str, np.ndarray]:
-        scope = paddle.static.global_scope()
-        return {key: np.array(scope.find_var(param.name).get_tensor())
-                for key, param in self.model.state_dict().items()}
+    def _dense_state(self, exe) -> dict[str, np.ndarray]:
+        """Dense parameters from the scope (pulled from the servers), buffers (hash coefficients) computed."""
+        scope, state = paddle.static.global_scope(), {}
+        for key, var in self.model.state_dict().items():
+            found = scope.find_var(var.name)
+            if found is not None and found.get_tensor()._is_initialized():
+                state[key] = np.array(found.get_tensor())
+            else:
+                program = paddle.static.default_main_program()._prune(targets=[var])
+                state[key] = exe.run(program, feed={}, fetch_list=[var])[0]
+        return state
 
     def _pulled_tables(self, exe) -> dict[str, np.ndarray]:
-        """Every row of every table, looked up through the servers (ids a trainer never saw get the
-        server's initial values, as the PS model itself would serve them)."""
+        """Every row of every table, looked up through the servers by feeding row ids straight to each
+        table's lookup (ids no trainer ever looked up come back as zeros, as the servers serve them)."""
         out = {}
+        main = paddle.static.default_main_program()
         for name, table in self.tables.items():
-            field = self.model.table_fields()[name]
-            spec = next(f for f in self.fields if f.name == field)
-            program = paddle.static.default_main_program()._prune(targets=[table.output])
+            program = main._prune_with_input([table.ids.name], [table.output])
             rows = []
             for begin in range(0, table.num_embeddings, EXPORT_CHUNK):
                 ids = np.arange(begin, min(begin + EXPORT_CHUNK, table.num_embeddings), dtype=np.int64)
-                feed_ids = np.zeros((len(ids), spec.max_len), dtype=np.int64) if spec.multi_valued else ids
-                if spec.multi_valued:
-                    feed_ids[:, 0] = ids
-                (vectors,) = exe.run(program, feed={field: feed_ids}, fetch_list=[table.output])
-                rows.append(vectors.reshape(len(ids), spec.max_len, -1)[:, 0])  # the output is [n x max_len, dim]
+                rows.append(exe.run(program, feed={table.ids.name: ids[:, None]}, fetch_list=[table.output])[0])
             weight = np.concatenate(rows).astype(np.float32)
             if table.padding_idx is not None:
                 weight[table.padding_idx] = 0.0

@@ -114,6 +114,10 @@ def test_sync_mode_and_missing_launcher_are_refused(tmp_path):
         load_config(CONFIG, ["distributed.ps_mode=sync"])
     with pytest.raises(ConfigError, match="optimizer = 'momentum' has no parameter-server rule"):
         load_config(CONFIG, ["train.optimizer=momentum"])
+    with pytest.raises(ConfigError, match="embedding.type = 'hash' cannot be used with distributed.mode = 'ps' yet"):
+        load_config(CONFIG, ["embedding.type=hash"])
+    with pytest.raises(ConfigError, match="train.resume with distributed.ps_mode = 'geo' is not supported"):
+        load_config(CONFIG, ["distributed.ps_mode=geo", "train.resume=true"])
     from paddle_edo.distributed.ps import run_ps
 
     config = load_config(CONFIG, [f"train.output_dir={tmp_path}"])
