@@ -38,6 +38,7 @@ TABLE_CLASSES = ("MemorySparseTable", "SSDSparseTable", "CommonSparseTable")
 SGD_RULES = {"adam": ("SparseAdamSGDRule", "adam"), "adagrad": ("SparseAdaGradSGDRule", "adagrad"),
              "sgd": ("SparseNaiveSGDRule", "naive")}
 EXPORT_CHUNK = 8192
+PS_EMBEDDINGS = ("dense", "hash", "qr")
 
 
 @register_embedding("ps_sparse")
@@ -92,7 +93,7 @@ class PSEmbedding(EmbeddingBase):
                 entry=self._entry(), table_class=self.table_class, param_attr=attr)
         if len(ids.shape) == 1:
             return self.output
-        return self.output.reshape([-1, ids.shape[1], self.embedding_dim])
+        return self.output.reshape([-1, *ids.shape[1:], self.embedding_dim])
 
 
 def check_ps_config(config: dict[str, Any]) -> None:
@@ -104,10 +105,10 @@ def check_ps_config(config: dict[str, Any]) -> None:
     if distributed["entry"] == "show_click":
         raise ConfigError("distributed.entry = 'show_click' needs show/click inputs the CTR data does not have; "
                           "use 'none', 'count_filter' or 'probability'")
-    if config["embedding"]["type"] != "dense":
+    if config["embedding"]["type"] not in PS_EMBEDDINGS:
         raise ConfigError(f"embedding.type = {config['embedding']['type']!r} cannot be used with distributed.mode = "
-                          f"'ps' yet: the servers hold plain tables (type 'dense'); hash and quotient-remainder "
-                          f"layers do not build as static programs on Paddle 2.6.2 (their id-mixing constants)")
+                          f"'ps'; expected one of {', '.join(map(repr, PS_EMBEDDINGS))} (the servers hold plain "
+                          f"tables; hash and qr map ids to their rows before the lookup)")
     if config["train"]["optimizer"] not in SGD_RULES:
         raise ConfigError(f"train.optimizer = {config['train']['optimizer']!r} has no parameter-server rule; "
                           f"expected one of {', '.join(map(repr, SGD_RULES))}")
@@ -172,8 +173,13 @@ class PSJob:
         table_options = {"entry": distributed["entry"], "count_filter": distributed["count_filter"],
                          "probability": distributed["probability"], "table_class": distributed["table_class"],
                          "geo": distributed["ps_mode"] == "geo"}
-        self.model = build_model(self.fields, {**self.config, "embedding": {
-            "type": "ps_sparse", "dim": self.config["embedding"]["dim"], "sparse": True, **table_options}})
+        embedding = self.config["embedding"]
+        if embedding["type"] == "dense":  # every table on the servers
+            self.model = build_model(self.fields, {**self.config, "embedding": {
+                "type": "ps_sparse", "dim": embedding["dim"], "sparse": True, **table_options}})
+        else:  # id compression (hash, qr): the layers map ids to rows; their inner tables go to the servers
+            self.model = build_model(self.fields, self.config)
+            _tables_to_servers(self.model, table_options)
         self.inputs = [paddle.static.data(f.name, [None, f.max_len] if f.multi_valued else [None], "int64")
                        for f in self.fields]
         self.label = paddle.static.data("label", [None], "float32")
@@ -313,15 +319,14 @@ class PSJob:
         return results
 
     def _dense_state(self, exe) -> dict[str, np.ndarray]:
-        """Dense parameters from the scope (pulled from the servers), buffers (hash coefficients) computed."""
-        scope, state = paddle.static.global_scope(), {}
-        for key, var in self.model.state_dict().items():
-            found = scope.find_var(var.name)
-            if found is not None and found.get_tensor()._is_initialized():
-                state[key] = np.array(found.get_tensor())
-            else:
-                program = paddle.static.default_main_program()._prune(targets=[var])
-                state[key] = exe.run(program, feed={}, fetch_list=[var])[0]
+        """Dense parameters from the scope (pulled from the servers) and the layers' constants (hash
+        coefficients), computed by the program."""
+        scope = paddle.static.global_scope()
+        state = {key: np.array(scope.find_var(var.name).get_tensor()) for key, var in self.model.state_dict().items()}
+        main = paddle.static.default_main_program()
+        for layer_name, layer in self.model.named_sublayers():
+            for name, var in layer.__dict__.get("static_constants", {}).items():
+                state[f"{layer_name}.{name}"] = exe.run(main._prune(targets=[var]), feed={}, fetch_list=[var])[0]
         return state
 
     def _pulled_tables(self, exe) -> dict[str, np.ndarray]:
@@ -329,17 +334,33 @@ class PSJob:
         table's lookup (ids no trainer ever looked up come back as zeros, as the servers serve them)."""
         out = {}
         main = paddle.static.default_main_program()
+        fields = [f.name for f in self.fields]
         for name, table in self.tables.items():
-            program = main._prune_with_input([table.ids.name], [table.output])
+            # the servers' lookups are fused into one op that reads every table's ids: the fields get
+            # padding, this table its row ids
+            program = main._prune_with_input([*fields, table.ids.name], [table.output])
             rows = []
             for begin in range(0, table.num_embeddings, EXPORT_CHUNK):
                 ids = np.arange(begin, min(begin + EXPORT_CHUNK, table.num_embeddings), dtype=np.int64)
-                rows.append(exe.run(program, feed={table.ids.name: ids[:, None]}, fetch_list=[table.output])[0])
+                feed = {f.name: np.zeros((1, f.max_len) if f.multi_valued else (1,), np.int64) for f in self.fields}
+                feed[table.ids.name] = ids[:, None]
+                rows.append(exe.run(program, feed=feed, fetch_list=[table.output])[0])
             weight = np.concatenate(rows).astype(np.float32)
             if table.padding_idx is not None:
                 weight[table.padding_idx] = 0.0
             out[f"{name}.weight"] = weight
         return out
+
+
+def _tables_to_servers(model: paddle.nn.Layer, table_options: dict[str, Any]) -> None:
+    """Swap every DenseEmbedding under ``model`` for a PSEmbedding of its shape, before the graph is built."""
+    from ..nn.dense import DenseEmbedding
+
+    for _, parent in list(model.named_sublayers(include_self=True)):
+        for key, child in list(parent._sub_layers.items()):
+            if isinstance(child, DenseEmbedding):
+                parent._sub_layers[key] = PSEmbedding(child.num_embeddings, child.embedding_dim, child.padding_idx,
+                                                      **table_options)
 
 
 def _exit_after(seconds: int, role: str) -> None:

@@ -35,6 +35,18 @@ def _refuse_concat_with_first_order(config: dict, key: str) -> None:
                           f"tables are 1 wide; use another embedding.{key} or model.first_order=false")
 
 
+def constant_buffer(layer: paddle.nn.Layer, name: str, value: np.ndarray) -> None:
+    """An int64 constant the layer keeps: a buffer in dynamic graph. A static program (parameter-server
+    training builds one) cannot register it, nor initialise an int64 parameter; there it is an assign op's
+    output, listed in ``layer.static_constants`` for whoever saves the layer's state."""
+    if paddle.in_dynamic_mode():
+        layer.register_buffer(name, paddle.to_tensor(value))
+        return
+    constant = paddle.assign(value)
+    object.__setattr__(layer, name, constant)
+    layer.__dict__.setdefault("static_constants", {})[name] = constant
+
+
 @register_embedding("hash")
 class HashEmbedding(CompositeEmbedding):
     """Any int64 id -> ``num_hashes`` rows of a ``num_buckets``-row table, combined (sum, mean, concat).
@@ -68,9 +80,9 @@ class HashEmbedding(CompositeEmbedding):
         self.num_hashes, self.combine, self.seed = num_hashes, combine, seed
         width = embedding_dim // num_hashes if combine == "concat" else embedding_dim
         self.table = DenseEmbedding(num_buckets, width, sparse=sparse, init_std=init_std)
-        self.register_buffer("coefficients", paddle.to_tensor(hash_coefficients(num_hashes, seed)))
+        constant_buffer(self, "coefficients", hash_coefficients(num_hashes, seed))
         # int64 constants live in tensors: to_static stores Python scalars as float32 (2^31 - 1 became 2^31)
-        self.register_buffer("buckets", paddle.to_tensor(np.array([num_buckets], dtype=np.int64)))
+        constant_buffer(self, "buckets", np.array([num_buckets], dtype=np.int64))
 
     @classmethod
     def from_config(cls, num_embeddings, options, padding_idx=None):
@@ -127,7 +139,7 @@ class QREmbedding(CompositeEmbedding):
         super().__init__(num_embeddings, embedding_dim, padding_idx, sparse)
         self.num_collisions, self.operation = num_collisions, operation
         # an int64 tensor, not a Python scalar: to_static would store the scalar as float32
-        self.register_buffer("collisions", paddle.to_tensor(np.array([num_collisions], dtype=np.int64)))
+        constant_buffer(self, "collisions", np.array([num_collisions], dtype=np.int64))
         width = embedding_dim // 2 if operation == "concat" else embedding_dim
         # mult starts near 1 x small so products are not vanishingly small
         self.quotient = DenseEmbedding(-(-num_embeddings // num_collisions), width, sparse=sparse,

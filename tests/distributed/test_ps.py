@@ -53,6 +53,20 @@ def test_a_ps_job_trains_like_one_process_and_ends_cleanly(tmp_path, ps_mode):
     assert engine.evaluate("test")["auc"] == pytest.approx(results["test_auc"], abs=1e-6)
 
 
+@pytest.mark.parametrize("compression", [["embedding.type=hash", "embedding.bucket_fraction=0.25"],
+                                         ["embedding.type=qr", "embedding.num_collisions=8"]])
+def test_id_compression_maps_ids_before_the_servers_tables(tmp_path, compression):
+    job = launch(tmp_path, *compression)
+    output, _ = job.communicate(timeout=240)
+    assert job.returncode == 0, output[-3000:] + logs(tmp_path)[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["test_auc"] > 0.7
+    engine = Engine(load_config(CONFIG, [f"train.output_dir={tmp_path}", *compression]))
+    engine.load_for_serving(engine.checkpoint_path)  # the compressed layers with their tables from the servers
+    assert engine.evaluate("test")["auc"] == pytest.approx(results["test_auc"], abs=1e-6)
+    assert engine.memory_report().tables[0].held_bytes < 944 * 8 * 4  # user ids, served by fewer rows
+
+
 def test_a_ps_job_resumes_from_its_epoch_checkpoint(tmp_path):
     first = launch(tmp_path, "train.epochs=1", log="log1")
     output, _ = first.communicate(timeout=240)
@@ -114,8 +128,8 @@ def test_sync_mode_and_missing_launcher_are_refused(tmp_path):
         load_config(CONFIG, ["distributed.ps_mode=sync"])
     with pytest.raises(ConfigError, match="optimizer = 'momentum' has no parameter-server rule"):
         load_config(CONFIG, ["train.optimizer=momentum"])
-    with pytest.raises(ConfigError, match="embedding.type = 'hash' cannot be used with distributed.mode = 'ps' yet"):
-        load_config(CONFIG, ["embedding.type=hash"])
+    with pytest.raises(ConfigError, match="embedding.type = 'quantized' cannot be used with distributed.mode = 'ps'"):
+        load_config(CONFIG, ["embedding.type=quantized"])
     with pytest.raises(ConfigError, match="train.resume with distributed.ps_mode = 'geo' is not supported"):
         load_config(CONFIG, ["distributed.ps_mode=geo", "train.resume=true"])
     from paddle_edo.distributed.ps import run_ps
