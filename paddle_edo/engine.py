@@ -85,9 +85,9 @@ class Engine:
             self.model = build_model(self.fields, config, frequencies)
             self.optimizer = build_optimizer(config, self.model)
             bind_optimizer(self.model, self.optimizer)  # cached tables carry the optimizer's row state
-        fields_of_tables = getattr(self.model, "table_fields", dict)()
-        self.prefetching = [(layer, fields_of_tables[name]) for name, layer in cached_layers(self.model).items()
-                            if layer.prefetcher is not None and name in fields_of_tables]
+        self.table_fields = getattr(self.model, "table_fields", dict)()  # table name -> field it looks up
+        self.prefetching = [(layer, self.table_fields[name]) for name, layer in cached_layers(self.model).items()
+                            if layer.prefetcher is not None and name in self.table_fields]
         self._load_pretrained(config["model"].get("pretrained", {}))
         self.table_learning_rate = train["embedding_learning_rate"] or train["learning_rate"]
         self.row_tables = row_updated_tables(self.model)
@@ -114,7 +114,7 @@ class Engine:
 
     def _load_pretrained(self, files: dict[str, str | None]) -> None:
         """Copy a user's word2vec vectors into the tables of the fields they name (text models)."""
-        tables = {field: name for name, field in getattr(self.model, "table_fields", dict)().items()}
+        tables = {field: name for name, field in self.table_fields.items()}
         for field, path in files.items():
             if not path:
                 continue
