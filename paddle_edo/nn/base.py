@@ -88,13 +88,19 @@ class EmbeddingBase(paddle.nn.Layer):
 
     def check_ids(self, ids: paddle.Tensor) -> None:
         """Refuse float ids always, and ids out of [0, num_embeddings) when values are known."""
+        self.check_id_dtype(ids)
+        if self.check_ids_enabled and paddle.in_dynamic_mode() and ids.size > 0:
+            self.check_id_range(*paddle.stack([ids.min(), ids.max()]).tolist())  # one device-to-host copy
+
+    def check_id_dtype(self, ids: paddle.Tensor) -> None:
         if ids.dtype not in ID_DTYPES:
             raise TypeError(f"{self.full_name()}: ids must be int32 or int64, got {dtype_name(ids.dtype)}")
-        if self.check_ids_enabled and paddle.in_dynamic_mode() and ids.size > 0:
-            low, high = paddle.stack([ids.min(), ids.max()]).tolist()  # one device-to-host copy
-            if low < 0 or high >= self.num_embeddings:
-                bad = low if low < 0 else high
-                raise IndexError(f"{self.full_name()}: id {bad} is out of range [0, {self.num_embeddings})")
+
+    def check_id_range(self, low: int, high: int) -> None:
+        """Refuse a batch whose smallest or largest id falls outside [0, num_embeddings)."""
+        if low < 0 or high >= self.num_embeddings:
+            bad = low if low < 0 else high
+            raise IndexError(f"{self.full_name()}: id {bad} is out of range [0, {self.num_embeddings})")
 
     def extra_repr(self) -> str:
         return (f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}, "

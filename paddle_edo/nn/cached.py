@@ -16,7 +16,7 @@ from ..cache import CacheStatistics, HostStore, Prefetcher, SlotMap
 from ..cache.host import HOST_KINDS
 from ..cache.policies import POLICIES
 from ..schema import ConfigError, Option
-from .base import ID_DTYPES, EmbeddingBase, dtype_name
+from .base import EmbeddingBase
 from .dense import DenseEmbedding
 from .registry import register_embedding
 
@@ -202,17 +202,15 @@ class CachedEmbedding(EmbeddingBase):
         if not paddle.in_dynamic_mode():
             raise RuntimeError(f"{name}: a cached table looks rows up on the host and runs in dynamic graph only; "
                                f"call paddle_edo.nn.uncache(model) before paddle.jit.to_static / export")
-        if ids.dtype not in ID_DTYPES:
-            raise TypeError(f"{name}: ids must be int32 or int64, got {dtype_name(ids.dtype)}")
+        self.check_id_dtype(ids)
         host_ids = ids.numpy()
         training = paddle.is_grad_enabled() and not self.cache.stop_gradient
         if training and self.optimizer is None:
             raise RuntimeError(f"{name}: training needs the optimizer bound to the cache: call "
                                f"paddle_edo.nn.bind_optimizer(model, optimizer) after building the optimizer")
         flat = host_ids.reshape(-1).astype(np.int64, copy=False)
-        if flat.size and (flat.min() < 0 or flat.max() >= self.num_embeddings):  # the host map needs valid ids
-            bad = flat.min() if flat.min() < 0 else flat.max()
-            raise IndexError(f"{name}: id {bad} is out of range [0, {self.num_embeddings})")
+        if flat.size:  # always: the host map needs valid ids
+            self.check_id_range(int(flat.min()), int(flat.max()))
         taken = self.prefetcher.take(host_ids) if self.prefetcher is not None else None
         slots = self._admit(flat, training, taken)
         slot_ids = paddle.to_tensor(slots.reshape(host_ids.shape), place=self.cache.place)

@@ -5,7 +5,7 @@ import numpy as np
 import paddle
 
 from ..schema import ConfigError, Option
-from .base import CompositeEmbedding, dtype_name
+from .base import CompositeEmbedding
 from .dense import DenseEmbedding
 from .registry import register_embedding
 
@@ -95,8 +95,7 @@ class HashEmbedding(CompositeEmbedding):
         _refuse_concat_with_first_order(config, "combine")
 
     def check_ids(self, ids: paddle.Tensor) -> None:
-        if ids.dtype not in (paddle.int32, paddle.int64):
-            raise TypeError(f"{self.full_name()}: ids must be int32 or int64, got {dtype_name(ids.dtype)}")
+        self.check_id_dtype(ids)  # any int64 value is an id
 
     def bucket_ids(self, ids: paddle.Tensor) -> paddle.Tensor:
         """[..., num_hashes] rows of the shared table for each id."""
