@@ -8,6 +8,7 @@ from typing import Any, Iterable
 import yaml
 
 from .nn.char_word import FUSIONS
+from .nn.ps_table import PSEmbedding
 from .nn.registry import check_embedding_section, embedding_class
 from .schema import ConfigError, Option, check_section
 
@@ -80,12 +81,8 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "ps_mode": Option("async", str, choices=("async", "geo", "sync"), doc="sync is refused (segfaults in 2.6.2)"),
         "k_steps": Option(100, int, low=1, doc="geo: local steps between pushes"),
         "pull_dense_every": Option(10, int, low=1, doc="async: steps between pulls of the dense parameters"),
-        "entry": Option("none", str, choices=("none", "count_filter", "probability", "show_click"),
-                        doc="feature admission of new ids on the servers"),
-        "count_filter": Option(2, int, low=1, doc="entry count_filter: uses before an id gets a row"),
-        "probability": Option(0.5, float, low=0.0, high=1.0, doc="entry probability: chance of admission"),
-        "table_class": Option("MemorySparseTable", str,
-                              choices=("MemorySparseTable", "SSDSparseTable", "CommonSparseTable")),
+        # feature admission and table kind: the PS table layer's own options
+        **{k: v for k, v in PSEmbedding.config_options.items() if k != "geo"},
         "sparse_learning_rate": Option(None, float, low=0.0, nullable=True,
                                        doc="servers' rate for the tables (default: the tables' rate)"),
         "shard_num": Option(4, int, low=1, doc="shards per sparse table on the servers"),

@@ -9,5 +9,6 @@ from .clustered import ClusteredEmbedding
 from .multitask import MultiTaskEmbedding
 from .cached import CachedEmbedding, bind_optimizer, uncache
 from .char_word import CharWordEmbedding
+from .ps_table import PSEmbedding
 
-__all__ = ["CachedEmbedding", "CharWordEmbedding", "ClusteredEmbedding", "EmbeddingBase", "DenseEmbedding", "HashEmbedding", "MixedDimEmbedding", "MultiTaskEmbedding", "QREmbedding", "QuantizedEmbedding", "EMBEDDINGS", "build_embedding", "bind_optimizer", "register_embedding", "uncache"]
+__all__ = ["CachedEmbedding", "CharWordEmbedding", "ClusteredEmbedding", "EmbeddingBase", "DenseEmbedding", "HashEmbedding", "MixedDimEmbedding", "MultiTaskEmbedding", "PSEmbedding", "QREmbedding", "QuantizedEmbedding", "EMBEDDINGS", "build_embedding", "bind_optimizer", "register_embedding", "uncache"]
