@@ -46,7 +46,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         },
     },
     "model": {
-        "name": Option("deepfm", str, choices=("deepfm", "text_classifier")),
+        "name": Option("deepfm", str, choices=("deepfm", "text_classifier", "click_and_rating")),
         "hidden_units": Option([256, 128], list, item_kind=int, low=1),
         "dropout": Option(0.0, float, low=0.0, high=0.95),
         "first_order": Option(True, bool, doc="per-id first-order weights (tables of dim 1)"),
@@ -55,6 +55,10 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "fusion": Option("gate", str, choices=FUSIONS, doc="text_classifier: how word and character vectors fuse"),
         "word_dropout": Option(0.0, float, low=0.0, high=0.95,
                                doc="text_classifier: share of known training words treated as unknown"),
+        "task_weights": {  # click_and_rating: the loss is click x BCE + rating x MSE
+            "click": Option(1.0, float, low=0.0, doc="click_and_rating: weight of the click (BCE) loss"),
+            "rating": Option(0.5, float, low=0.0, doc="click_and_rating: weight of the rating (MSE) loss"),
+        },
         "pretrained": {  # text_classifier: a user's word2vec files (text, or binary when named .bin)
             "words": Option(None, str, nullable=True, doc="vectors for the word table"),
             "chars": Option(None, str, nullable=True, doc="vectors for the character table"),
@@ -66,6 +70,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "every_n_steps": Option(10, int, low=1),
         "logdir": Option(None, str, nullable=True, doc="default: <train.output_dir>/vdl"),
         "memory": Option(True, bool, doc="also log bytes per table and cache statistics"),
+        "memory_every_n_steps": Option(100, int, low=1, doc="interval of the memory figures, which change slowly"),
         "histogram_every_n_steps": Option(100, int, low=0, doc="row-gradient norm histograms (0: none)"),
         "alerts": {
             "nan": Option(True, bool),
@@ -140,6 +145,9 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
     if config["model"]["name"] == "text_classifier" and config["data"]["name"] != "chnsenti":
         raise ConfigError(f"model.name = 'text_classifier' needs text data (data.name: chnsenti), "
                           f"not data.name = {config['data']['name']!r}")
+    if config["model"]["name"] == "click_and_rating" and config["data"]["name"] != "movielens":
+        raise ConfigError(f"model.name = 'click_and_rating' needs rating targets (data.name: movielens), "
+                          f"not data.name = {config['data']['name']!r}")
     if config["distributed"]["mode"] == "ps":
         from .distributed.ps import check_ps_config
 
@@ -158,6 +166,17 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
         if not csv["fields"]:
             raise ConfigError("data.csv.fields = {}: name at least one id column and its vocabulary size")
     return config
+
+
+def section_with_defaults(section: str, values: Any) -> Any:
+    """A config section as this version validates it (options added since it was written get their
+    defaults), or the values unchanged when they no longer validate."""
+    try:
+        if section == "embedding":
+            return check_embedding_section(section, values)
+        return check_section(section, values, SCHEMA[section])
+    except ConfigError:
+        return values
 
 
 def apply_override(raw: dict[str, Any], text: str) -> None:

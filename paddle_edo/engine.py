@@ -16,7 +16,7 @@ from paddle.utils import unique_name
 from . import runtime
 from .callbacks import Callback
 from .checkpoint import CheckpointError, load_checkpoint, load_model_state, save_checkpoint
-from .config import dump_config
+from .config import dump_config, section_with_defaults
 from .data import CTRBatches, CTRTable, count_frequencies, load_dataset, make_loader
 from .memory import embedding_layers, memory_report
 from .metrics import accuracy, auc, logloss
@@ -107,6 +107,7 @@ class Engine:
         self.train_batches = CTRBatches(_shard(self.splits.train, self.rank, self.world_size), train["batch_size"],
                                         shuffle=True, seed=train["seed"])
         self.current_batch: dict[str, paddle.Tensor] = {}  # the batch being trained on, for callbacks
+        self.current_arrays: dict[str, np.ndarray] = {}    # the same batch as it came from the data
         self.epoch = 0           # epochs finished
         self.step_in_epoch = 0   # steps finished in the current epoch
         self.global_step = 0
@@ -148,8 +149,11 @@ class Engine:
         state = load_checkpoint(path)
         saved = state.get("config", {})
         for section in _CHECKPOINT_SECTIONS:
-            if saved.get(section) != self.config[section]:
-                diff = _first_difference(section, saved.get(section), self.config[section])
+            # both as this version validates them: a checkpoint from before an option existed still loads
+            before, now = section_with_defaults(section, saved.get(section)), section_with_defaults(
+                section, self.config[section])
+            if before != now:
+                diff = _first_difference(section, before, now)
                 raise CheckpointError(f"checkpoint {path} was made with another {section} config ({diff}); "
                                       f"resume it with the config it was trained with")
         load_model_state(self.model, state["model"], str(path))
@@ -230,15 +234,15 @@ class Engine:
         bar.steps = self.step_in_epoch
         losses = []
         start = time.perf_counter()
-        loader = iter(make_loader(batches))
-        following = next(loader, None)
+        arrays = iter(batches)
+        following = next(arrays, None)
         while following is not None:
-            batch, following = following, next(loader, None)
-            loss = self._train_step(batch, following)
+            self.current_arrays, following = following, next(arrays, None)
+            loss = self._train_step({name: paddle.to_tensor(a) for name, a in self.current_arrays.items()}, following)
             losses.append(loss)
             self.step_in_epoch += 1
             self.global_step += 1
-            bar.update(len(batch["label"]), loss=loss)
+            bar.update(len(self.current_arrays["label"]), loss=loss)
             logs = {"loss": loss}
             for cb in self.callbacks:
                 cb.on_step_end(self, self.global_step, logs)
@@ -247,7 +251,7 @@ class Engine:
                 self.save()
         return {"loss": float(np.mean(losses)) if losses else float("nan"), "seconds": time.perf_counter() - start}
 
-    def _train_step(self, batch: dict[str, paddle.Tensor], following: dict[str, paddle.Tensor] | None = None
+    def _train_step(self, batch: dict[str, paddle.Tensor], following: dict[str, np.ndarray] | None = None
                     ) -> float:
         # Randomness (dropout, stochastic rounding) is a function of (seed, step), so a resumed run draws
         # what the uninterrupted one drew: Paddle 2.6 cannot save its generator state (paddle.save keeps
@@ -256,8 +260,7 @@ class Engine:
         self.current_batch = batch
         ids = [batch[f.name] for f in self.fields]
         with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
-            logits = self.train_model(ids)
-            loss = F.binary_cross_entropy_with_logits(logits.astype("float32"), batch["label"])
+            loss = self._loss(self.train_model(ids), batch)
         if following is not None:  # cached tables read the next batch's misses while this step runs
             for layer, field in self.prefetching:
                 layer.prefetch(following[field])
@@ -275,30 +278,55 @@ class Engine:
         self.optimizer.clear_grad()
         return float(loss)
 
+    def _loss(self, outputs: paddle.Tensor | tuple[paddle.Tensor, ...], batch: dict[str, paddle.Tensor]
+              ) -> paddle.Tensor:
+        """BCE of the click logit; a multi-task model (outputs after the logit regress onto its
+        ``regression_targets``) adds each target's MSE, weighted by ``model.task_weights``."""
+        if not isinstance(outputs, (tuple, list)):
+            return F.binary_cross_entropy_with_logits(outputs.astype("float32"), batch["label"])
+        weights = self.config["model"]["task_weights"]
+        loss = weights["click"] * F.binary_cross_entropy_with_logits(outputs[0].astype("float32"), batch["label"])
+        for target, output in zip(self.model.regression_targets, outputs[1:]):
+            loss = loss + weights[target] * F.mse_loss(output.astype("float32"), batch[target].astype("float32"))
+        return loss
+
     def _after_backward(self) -> None:
         for cb in self.callbacks:
             cb.on_after_backward(self, self.global_step + 1)
 
     # ------------------------------------------------------------------ eval
-    @paddle.no_grad()
     def predict(self, table: CTRTable) -> np.ndarray:
         """Click probabilities for every row of the table, in order."""
+        return self.predict_all(table)[0]
+
+    @paddle.no_grad()
+    def predict_all(self, table: CTRTable) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Click probabilities and, for a multi-task model, its regression outputs by target."""
         self.model.eval()
-        out = []
+        clicks, regressions = [], {target: [] for target in getattr(self.model, "regression_targets", ())}
         for batch in make_loader(CTRBatches(table, EVAL_BATCH_SIZE, shuffle=False)):
             with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
-                logits = self.model([batch[f.name] for f in self.fields])
-            out.append(F.sigmoid(logits.astype("float32")).numpy())
+                outputs = self.model([batch[f.name] for f in self.fields])
+            logits = outputs[0] if isinstance(outputs, (tuple, list)) else outputs
+            clicks.append(F.sigmoid(logits.astype("float32")).numpy())
+            for target, output in zip(regressions, outputs[1:] if regressions else ()):
+                regressions[target].append(output.astype("float32").numpy())
         self.model.train()
-        return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+        empty = np.zeros(0, dtype=np.float32)
+        return (np.concatenate(clicks) if clicks else empty,
+                {t: np.concatenate(v) if v else empty for t, v in regressions.items()})
 
     def evaluate(self, split: str = "test") -> dict[str, float]:
         """AUC, logloss and accuracy on ``train``, ``valid``, ``test`` or a named extra subset of the data
-        (``test_oov`` of text data: test sentences with a word never seen in training)."""
+        (``test_oov`` of text data: test sentences with a word never seen in training); a multi-task
+        model adds the RMSE of each regression target (``rating_rmse``)."""
         table: CTRTable = self.splits.extra[split] if split in self.splits.extra else getattr(self.splits, split)
-        probabilities = self.predict(table)
-        return {"auc": auc(table.labels, probabilities), "logloss": logloss(table.labels, probabilities),
-                "accuracy": accuracy(table.labels, probabilities)}
+        probabilities, regressions = self.predict_all(table)
+        results = {"auc": auc(table.labels, probabilities), "logloss": logloss(table.labels, probabilities),
+                   "accuracy": accuracy(table.labels, probabilities)}
+        for target, values in regressions.items():
+            results[f"{target}_rmse"] = float(np.sqrt(np.mean((values - table.targets[target]) ** 2)))
+        return results
 
     def memory_report(self):
         return memory_report(self.model)

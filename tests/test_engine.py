@@ -3,7 +3,7 @@ import paddle
 import pytest
 
 import paddle_edo.checkpoint as checkpoint_module
-from paddle_edo.checkpoint import CheckpointError, load_checkpoint
+from paddle_edo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from paddle_edo.data import make_synthetic_ctr
 from paddle_edo.engine import Callback, Engine, build_optimizer
 from paddle_edo.metrics import auc
@@ -217,3 +217,14 @@ def test_a_cached_run_resumes_exactly_and_exports(tmp_path):
     assert sorted(resumed.load_for_serving(resumed.checkpoint_path))[:2] == ["embeddings.f0", "embeddings.f1"]
     assert all(isinstance(layer, DenseEmbedding) for layer in resumed.model.embeddings.values())
     assert resumed.evaluate("test")["auc"] == expected["test_auc"]
+
+
+def test_a_checkpoint_from_before_an_option_existed_still_resumes(tmp_path):
+    Engine(small_synthetic_config(tmp_path / "run", epochs=1)).fit()
+    path = tmp_path / "run" / "checkpoints" / "last.pdckpt"
+    state = load_checkpoint(path)
+    del state["config"]["model"]["task_weights"]  # as written before model.task_weights was added
+    save_checkpoint(state, path)
+    engine = Engine(small_synthetic_config(tmp_path / "run", epochs=2, resume=True))
+    engine.fit()
+    assert engine.epoch == 2

@@ -55,6 +55,8 @@ def results_table(config: dict[str, Any], results: dict[str, float], report: Any
             ("test AUC", f"{results['test_auc']:.4f}"),
             ("test logloss", f"{results['test_logloss']:.4f}"),
             ("test accuracy", f"{results['test_accuracy']:.4f}")]
+    rows += [(f"test {key[len('test_'):-len('_rmse')]} RMSE", f"{value:.4f}") for key, value in sorted(results.items())
+             if key.startswith("test_") and key.endswith("_rmse")]
     for subset in sorted({k[: -len("_rows")] for k in results if k.endswith("_rows")}):
         rows.append((f"{subset} ({results[subset + '_rows']} rows)",
                      f"accuracy {results[subset + '_accuracy']:.4f}, AUC {results[subset + '_auc']:.4f}"))

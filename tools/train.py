@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         print(results_table(config, results, engine.memory_report(), engine.cache_statistics()))
         print(f"test auc {results['test_auc']:.4f}")
         print(f"test logloss {results['test_logloss']:.4f}")
+        for key in sorted(k for k in results if k.startswith("test_") and k.endswith("_rmse")):
+            print(f"test {key[len('test_'):-len('_rmse')]} rmse {results[key]:.4f}")
         if config["distributed"]["mode"] == "collective":
             from paddle_edo.distributed.ps import FINISHED
 

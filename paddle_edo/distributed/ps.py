@@ -27,6 +27,8 @@ from ..checkpoint import CheckpointError, save_checkpoint
 from ..data import CTRBatches, load_dataset
 from ..metrics import accuracy, auc, logloss
 from ..models import build_model
+from ..monitor import SparseGradMonitor, monitors_from_config
+from ..monitor.row_gradients import RowGradients
 from ..nn.ps_table import PSEmbedding
 from ..schema import ConfigError
 
@@ -59,6 +61,9 @@ def check_ps_config(config: dict[str, Any]) -> None:
                           "their own copies of the tables); resume async jobs")
     if config["train"]["amp"]["enable"]:
         raise ConfigError("train.amp.enable = true is not supported with distributed.mode = 'ps'")
+    if config["model"]["name"] != "deepfm":
+        raise ConfigError(f"model.name = {config['model']['name']!r} is not supported with distributed.mode = "
+                          f"'ps'; parameter-server jobs train 'deepfm'")
     core = paddle.base.core
     if not (core.is_compiled_with_distribute() and hasattr(core, "DistFleetWrapper")):
         raise ConfigError(f"distributed.mode = 'ps' needs a Paddle build with parameter-server support; this "
@@ -104,6 +109,9 @@ class PSJob:
         paddle.enable_static()
         fleet.init(is_collective=False)
         self.role = "server" if fleet.is_server() else f"trainer {fleet.worker_index()}"
+        # each trainer logs its own VisualDL run; an unwritable folder fails here, before any training
+        self.monitor: SparseGradMonitor | None = None if fleet.is_server() else next(
+            iter(monitors_from_config(config, run=f"trainer{fleet.worker_index()}", memory=False)), None)
         _exit_after(config["distributed"]["timeout_s"], self.role)
         paddle.seed(config["train"]["seed"])
         self.splits = load_dataset(config["data"])
@@ -134,6 +142,10 @@ class PSJob:
                      "sgd": paddle.optimizer.SGD}[train["optimizer"]](train["learning_rate"])
         # no program_guard: minimize switches the default programs to the rewritten ones
         self.fleet.distributed_optimizer(optimizer, strategy).minimize(self.loss)
+        self.monitor_fetches: dict[str, tuple] = {}
+        if self.monitor is not None:  # a logged step fetches each table's looked-up rows and output gradients:
+            block = paddle.static.default_main_program().global_block()  # the sparse gradient the trainer pushes
+            self.monitor_fetches = {name: (t.ids, block.var(t.output.name + "@GRAD")) for name, t in self.tables.items()}
 
     # ------------------------------------------------------------ run
     def run(self) -> dict[str, float] | None:
@@ -164,18 +176,27 @@ class PSJob:
         every = self.config["distributed"]["pull_dense_every"]
         first_epoch, history = self._maybe_resume(pull_dense)
         step, start = 0, time.perf_counter()
+        self._attach_monitor()
         for epoch in range(first_epoch, train["epochs"]):
             batches.epoch = epoch
             losses = []
             for batch in batches:
-                (loss,) = exe.run(main, feed=self._feed(batch), fetch_list=[self.loss])
-                losses.append(float(loss))
                 step += 1
+                watched = self.monitor is not None and step % self.monitor.every_n_steps == 0
+                fetches = [v for pair in self.monitor_fetches.values() for v in pair] if watched else []
+                loss, *fetched = exe.run(main, feed=self._feed(batch), fetch_list=[self.loss, *fetches])
+                losses.append(float(loss))
+                if self.monitor is not None:
+                    self._monitor_step(step, batch, fetched)
                 if self.config["distributed"]["ps_mode"] == "async" and step % every == 0:
                     pull_dense()
             history.append(float(np.mean(losses)))
             logger.info("%s: epoch %d/%d  loss %.4f", self.role, epoch + 1, train["epochs"], history[-1])
+            if self.monitor is not None:
+                self.monitor.log_never_updated(step)
             self._save(exe, epoch + 1, history)
+        if self.monitor is not None:
+            self.monitor.writer.close()
         seconds = time.perf_counter() - start
         if self.config["distributed"]["ps_mode"] == "geo":
             runtime._communicator.stop()  # sends the last deltas
@@ -192,6 +213,25 @@ class PSJob:
             runtime._worker.stop_server()
         fleet.stop_worker()
         return results
+
+    # ------------------------------------------------------------ monitoring
+    def _attach_monitor(self) -> None:
+        if self.monitor is None:
+            return
+        table_fields = self.model.table_fields()
+        sizes = {f.name: f.vocab_size for f in self.fields}
+        self.monitor.table_fields = table_fields
+        self.monitor.attach(self.model, {t: self.splits.valid.ids[f] for t, f in table_fields.items()},
+                            {t: sizes[f] for t, f in table_fields.items()})
+
+    def _monitor_step(self, step: int, batch: dict[str, np.ndarray], fetched: list[np.ndarray]) -> None:
+        """Coverage from the batch's ids every step; on logged steps, the fetched row gradients."""
+        gradients = None
+        if fetched:
+            gradients = {name: RowGradients(rows.ravel(), grads.reshape(rows.size, -1), sparse=True)
+                         for name, rows, grads in zip(self.monitor_fetches, fetched[0::2], fetched[1::2])}
+        lookups = {t: batch[f] for t, f in self.monitor.table_fields.items()}
+        self.monitor.step(self.model, step, lookups, gradients)
 
     # ------------------------------------------------------------ checkpoints
     @property

@@ -3,7 +3,7 @@ from .ctr import DeepFM
 from .multitask import ClickAndRating
 from .text import TextClassifier
 
-MODELS = {"deepfm": DeepFM, "text_classifier": TextClassifier}
+MODELS = {"deepfm": DeepFM, "text_classifier": TextClassifier, "click_and_rating": ClickAndRating}
 
 
 def build_model(fields, config, frequencies=None):

@@ -18,15 +18,27 @@ class ClickAndRating(nn.Layer):
     """Every field's table is a MultiTaskEmbedding shared by both heads; each head pools the fields it
     sees through its task adapter and runs its own MLP. ``forward`` returns (click logit, rating)."""
 
-    def __init__(self, fields: Sequence[FieldSpec], embedding: dict[str, Any], hidden_units: Sequence[int] = (64,)
-                 ) -> None:
+    regression_targets = ("rating",)  # what the outputs after the click logit predict (the engine's MSE terms)
+
+    def __init__(self, fields: Sequence[FieldSpec], embedding: dict[str, Any], hidden_units: Sequence[int] = (64,),
+                 frequencies: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.fields = list(fields)
+        frequencies = frequencies or {}
         self.embeddings = nn.LayerDict({
-            f.name: MultiTaskEmbedding(build_embedding(embedding, f.vocab_size, padding_idx=0), TASKS)
+            f.name: MultiTaskEmbedding(build_embedding(embedding, f.vocab_size, 0, frequencies.get(f.name)), TASKS)
             for f in self.fields})
         width = embedding["dim"] * len(self.fields)
         self.heads = nn.LayerDict({task: mlp(width, hidden_units) for task in TASKS})
+
+    @classmethod
+    def from_config(cls, fields: Sequence[FieldSpec], config: dict[str, Any],
+                    frequencies: dict[str, Any] | None = None) -> "ClickAndRating":
+        return cls(fields, config["embedding"], config["model"]["hidden_units"], frequencies)
+
+    def table_fields(self) -> dict[str, str]:
+        """Sublayer name of each table -> the field whose ids it looks up (for monitors)."""
+        return {f"embeddings.{f.name}": f.name for f in self.fields}
 
     def _features(self, ids: list[paddle.Tensor], task: str) -> paddle.Tensor:
         pooled = []

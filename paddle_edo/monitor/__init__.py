@@ -6,23 +6,25 @@ from typing import Any
 
 from .memory import MemoryMonitor
 from .sparse_grad import AlertSettings, SparseGradMonitor
-from .writer import DeferredLogWriter, MonitorError, check_writable, open_log_writer
+from .writer import BufferedLogWriter, DeferredLogWriter, MonitorError, check_writable, open_log_writer
 
 
-def monitors_from_config(config: dict[str, Any]) -> list:
-    """The monitors a validated config asks for, sharing one LogWriter under <output_dir>/vdl."""
+def monitors_from_config(config: dict[str, Any], run: str | None = None, memory: bool = True) -> list:
+    """The monitors a validated config asks for, sharing one LogWriter under <output_dir>/vdl (or its
+    ``run`` subfolder: one per parameter-server trainer). ``memory=False`` leaves out the MemoryMonitor
+    (a PS trainer holds no table rows)."""
     section = config["monitor"]
     if not section["enable"]:
         return []
-    logdir = section["logdir"] or str(Path(config["train"]["output_dir"]) / "vdl")
-    writer = DeferredLogWriter(logdir)
+    logdir = Path(section["logdir"] or Path(config["train"]["output_dir"]) / "vdl")
+    writer = DeferredLogWriter(logdir / run if run else logdir)
     alerts = AlertSettings(**section["alerts"])
     monitors: list = [SparseGradMonitor(writer, section["every_n_steps"], alerts,
                                                 section["histogram_every_n_steps"])]
-    if section["memory"]:
-        monitors.append(MemoryMonitor(writer, section["every_n_steps"]))
+    if section["memory"] and memory:
+        monitors.append(MemoryMonitor(writer, section["memory_every_n_steps"]))
     return monitors
 
 
-__all__ = ["AlertSettings", "DeferredLogWriter", "MemoryMonitor", "MonitorError", "check_writable", "SparseGradMonitor", "monitors_from_config",
-           "open_log_writer"]
+__all__ = ["AlertSettings", "BufferedLogWriter", "DeferredLogWriter", "MemoryMonitor", "MonitorError", "check_writable",
+           "SparseGradMonitor", "monitors_from_config", "open_log_writer"]

@@ -3,12 +3,16 @@
 Per table: rows touched per step, coverage (share of rows ever updated), rows never updated and their
 share of lookups in evaluation data, row-gradient L2 norms (mean, max, p99, histogram), NaN/Inf rows,
 update-to-weight ratio; alerts for NaN/Inf, norm spikes, dense gradients and stalled coverage.
+
+Two kinds of table are watched. Gradient figures belong to the tables that hold trainable rows (a
+composite layer's inner tables: ``embeddings.user.table`` of a hashed field). Coverage belongs to what
+the model looks up: a field's ids when the ids are known (the engine passes each batch's ids, which
+costs nothing on device), else the rows of the gradient tables.
 """
 from __future__ import annotations
 
-import collections
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,10 +20,13 @@ import paddle
 
 from ..callbacks import Callback
 from ..memory import embedding_layers
-from ..nn.base import table_settings
-from .row_gradients import RowGradients, read_row_gradients
+from ..nn.base import EmbeddingBase, table_settings
+from .coverage import Coverage
+from .row_gradients import GradientSummary, RowGradients, read_row_gradients, summarize
 
 logger = logging.getLogger("paddle_edo")
+
+SMALL_TABLE_ELEMENTS = 1 << 16  # below this, copying the whole table to the host beats a gather op
 
 
 @dataclass
@@ -32,32 +39,51 @@ class AlertSettings:
 
 
 @dataclass
-class _Table:
+class _GradientTable:
     name: str
+    outer: str                       # the embedding layer it belongs to (itself for a plain table)
     layer: paddle.nn.Layer
-    seen: np.ndarray
     padding_idx: int | None
-    norm_history: collections.deque
-    last_growth_step: int = 0
-    alerted: set = field(default_factory=set)
-    pending: RowGradients | None = None
-    weights_before: paddle.Tensor | None = None
+    rows: int
+    pending: np.ndarray | None = None   # rows read at the last logged step, and their values then
+    before: np.ndarray | None = None
 
 
-def table_rows(layer: paddle.nn.Layer, rows: np.ndarray) -> paddle.Tensor:
-    """Current fp32 values of some rows of a table."""
-    index = paddle.to_tensor(rows)
-    if getattr(layer, "decode_rows", None) is not None and getattr(layer, "packed", False):
-        return layer.decode_rows(index)
-    return paddle.gather(layer.weight.detach(), index)
+def is_table(layer: paddle.nn.Layer) -> bool:
+    return isinstance(layer, (EmbeddingBase, paddle.nn.Embedding))
 
 
-def percentile_of_sorted(ordered: np.ndarray, q: float) -> float:
-    """np.percentile's default (linear) for an already sorted array, without its per-call overhead."""
-    position = (len(ordered) - 1) * q / 100.0
-    low = int(np.floor(position))
-    high = min(low + 1, len(ordered) - 1)
-    return float(ordered[low] + (ordered[high] - ordered[low]) * (position - low))
+def trains_rows(layer: paddle.nn.Layer) -> bool:
+    """A table whose rows receive gradients: a weight parameter, or rows it updates itself."""
+    return (callable(getattr(layer, "row_gradients", None)) or isinstance(getattr(layer, "weight", None), paddle.Tensor)
+            or getattr(layer, "remote_rows", False))
+
+
+def gradient_tables(model: paddle.nn.Layer) -> list[_GradientTable]:
+    """Every table with trainable rows: embedding layers themselves, or the inner tables of composites."""
+    found = []
+    for outer, layer in embedding_layers(model):
+        inner = [("", layer)] if trains_rows(layer) else [
+            (name, sub) for name, sub in layer.named_sublayers() if is_table(sub) and trains_rows(sub)]
+        for name, table in inner:
+            if any(name.startswith(other + ".") for other, _ in inner if other and other != name):
+                continue  # a table inside another table
+            full = ".".join(part for part in (outer, name) if part)
+            weight = getattr(table, "weight", None)
+            rows = weight.shape[0] if weight is not None else table.num_embeddings
+            found.append(_GradientTable(full, outer, table, table_settings(table)[0], rows))
+    return found
+
+
+def current_rows(layer: paddle.nn.Layer, rows: np.ndarray) -> np.ndarray:
+    """fp32 values of some rows of a table, on the host (decoded when packed, resident rows of a cache)."""
+    weight = getattr(layer, "weight", None)
+    if weight is None:
+        return layer.decode_rows(paddle.to_tensor(rows)).numpy()
+    shape = weight.shape  # (Tensor.size runs an op; the shape is free)
+    if shape[0] * shape[1] <= SMALL_TABLE_ELEMENTS:
+        return weight.numpy()[rows]
+    return paddle.gather(weight.detach(), paddle.to_tensor(rows, place=weight.place)).numpy()
 
 
 class SparseGradMonitor(Callback):
@@ -73,39 +99,52 @@ class SparseGradMonitor(Callback):
         self.every_n_steps = every_n_steps
         self.alerts = alerts or AlertSettings()
         self.histogram_every_n_steps = histogram_every_n_steps
-        self.tables: dict[str, _Table] = {}
+        self.tables: list[_GradientTable] = []
+        self.layers: dict[str, paddle.nn.Layer] = {}
+        self.coverage_tracker = Coverage()
+        self.id_spaces: dict[str, int] = {}
         self.lookup_ids: dict[str, np.ndarray] = {}
         self.alert_log: list[tuple[int, str, str]] = []
         self.table_fields: dict[str, str] = {}
+        self._alerted: dict[str, set] = {}
+        self._twins: dict[str, str] = {}    # table -> the table whose coverage rows it shares
+        self._plans: dict[tuple[str, ...], tuple] = {}  # lookup names -> parts, covered, twins, uncovered
+        self._norm_history = np.full((0, self.alerts.norm_window), np.inf)
+        self._norm_count = np.zeros(0, dtype=np.int64)
         self._model_id: int | None = None
 
     # ------------------------------------------------------------ attach
-    def attach(self, model: paddle.nn.Layer, lookup_ids: dict[str, np.ndarray] | None = None) -> None:
-        """Find the model's tables; ``lookup_ids`` (table name -> ids of evaluation data) enables the
-        share-of-lookups figure for rows never updated."""
+    def attach(self, model: paddle.nn.Layer, lookup_ids: dict[str, np.ndarray] | None = None,
+               id_spaces: dict[str, int] | None = None) -> None:
+        """Find the model's tables. ``lookup_ids`` (table name -> ids of evaluation data) enables the
+        share-of-lookups figure for rows never updated; ``id_spaces`` (table name -> number of ids) lets
+        coverage count the ids of a layer that takes any id (hashing), which has no vocabulary itself."""
         self._model_id = id(model)
-        self.tables = {}
-        for name, layer in embedding_layers(model):
-            rows = getattr(layer, "num_embeddings", None) or layer.weight.shape[0]
-            padding, _ = table_settings(layer)
-            self.tables[name] = _Table(name, layer, np.zeros(rows, dtype=bool), padding,
-                                       collections.deque(maxlen=self.alerts.norm_window))
-        if not self.tables:
+        self.tables = gradient_tables(model)
+        self.layers = {name: layer for name, layer in model.named_sublayers(include_self=True) if is_table(layer)}
+        if not self.layers:
             logger.warning("SparseGradMonitor: the model has no embedding layers; nothing to monitor")
+        self.coverage_tracker = Coverage()
+        self.id_spaces = dict(id_spaces or {})
         self.lookup_ids = dict(lookup_ids or {})
+        self._alerted = {}
+        self._twins: dict[str, str] = {}
+        self._plans: dict[tuple[str, ...], tuple] = {}
+        self._norm_history = np.full((len(self.tables), self.alerts.norm_window), np.inf)
+        self._norm_count = np.zeros(len(self.tables), dtype=np.int64)
 
     def on_train_begin(self, engine) -> None:
         model = engine.model
         self.table_fields = model.table_fields() if hasattr(model, "table_fields") else {}
+        sizes = {field.name: field.vocab_size for field in engine.fields}
         valid = engine.splits.valid
-        self.attach(model, {table: valid.ids[f] for table, f in self.table_fields.items()})
+        self.attach(model, {table: valid.ids[f] for table, f in self.table_fields.items()},
+                    {table: sizes[f] for table, f in self.table_fields.items() if f in sizes})
 
     # ------------------------------------------------------------- steps
     def on_after_backward(self, engine, step: int) -> None:
-        batch = engine.current_batch
-        fields = {f for f in self.table_fields.values()}
-        ids = {f: batch[f].numpy() for f in fields}
-        self.step(engine.model, step, {table: ids[f] for table, f in self.table_fields.items()})
+        batch = engine.current_arrays
+        self.step(engine.model, step, {table: batch[f] for table, f in self.table_fields.items()})
 
     def on_step_end(self, engine, step: int, logs: dict[str, float]) -> None:
         self.step_end(engine.model, step)
@@ -116,132 +155,202 @@ class SparseGradMonitor(Callback):
     def on_train_end(self, engine, logs: dict[str, float]) -> None:
         self.writer.flush()
 
-    def step(self, model: paddle.nn.Layer, step: int, lookups: dict[str, np.ndarray] | None = None) -> None:
+    def step(self, model: paddle.nn.Layer, step: int, lookups: dict[str, np.ndarray] | None = None,
+             gradients: dict[str, RowGradients] | None = None) -> None:
         """Read this step's row gradients (call after backward, before the optimizer step).
 
         Coverage is tracked on every step: from ``lookups`` (table name -> the ids it looked up this
-        step, which the engine passes: the cheapest way) or else from the touched row ids. Gradient
-        values are read every ``every_n_steps`` steps."""
+        step, which the engine passes: the cheapest way) or else from the touched rows. Gradient values
+        are read every ``every_n_steps`` steps, from the layers or from ``gradients`` (table name -> its
+        row gradients: what a static-graph trainer fetched for tables whose rows live on servers)."""
         if self._model_id != id(model):
             self.attach(model)
-        lookups = lookups or {}
+        parts, covered, uncovered = self._lookup_parts(lookups or {})
         log_now = step % self.every_n_steps == 0
-        for table in self.tables.values():
-            ids = lookups.get(table.name)
-            if ids is not None:
-                self._track_coverage(table, ids.ravel(), step)
-                if not log_now:
-                    continue
-            grads = read_row_gradients(table.layer, with_values=log_now)
-            if grads is not None and table.padding_idx is not None:
-                grads = grads.without(table.padding_idx)  # padding lookups are not updates
+        read: list[tuple[int, RowGradients]] = []
+        for index in range(len(self.tables)) if log_now else uncovered:
+            table = self.tables[index]
+            needs_rows = index in uncovered
+            grads = gradients[table.name] if gradients and table.name in gradients else \
+                read_row_gradients(table.layer, with_values=log_now)
             if grads is None:
                 continue
-            if ids is None:
-                self._track_coverage(table, grads.rows, step)
+            if needs_rows:
+                self._coverage_space(table.name, table.rows, table.padding_idx)
+                parts.append((table.name, grads.rows))
             if not grads.sparse:
-                self._alert(table, step, "dense_gradient",
-                            f"{table.name}: the gradient is dense ([{table.seen.size}, D]) where a sparse row "
+                self._alert(table.name, step, "dense_gradient",
+                            f"{table.name}: the gradient is dense ([{table.rows}, D]) where a sparse row "
                             f"gradient was expected; build the table with sparse=True", self.alerts.dense_gradient)
-            if not log_now:
-                continue
-            norms = np.linalg.norm(grads.grads, axis=1)
-            bad = ~np.isfinite(norms)
-            if bad.any():
-                rows = grads.rows[bad][:10].tolist()
-                self._alert(table, step, "nan_inf", f"{table.name}: {int(bad.sum())} rows have NaN/Inf "
-                            f"gradients at step {step} (rows {rows})", self.alerts.nan)
-            finite = norms[~bad]
-            if finite.size:
-                self._check_spike(table, step, float(finite.max()))
-            self._log_step(table, grads, norms, step)
-            table.pending = grads
-            table.weights_before = table_rows(table.layer, grads.rows)
+            if log_now:
+                read.append((index, grads))
+        self.coverage_tracker.update(step, parts)
+        if not log_now:
+            return
+        for name in self.coverage_tracker.stalled(step, self.alerts.coverage_patience):
+            self._alert(name, step, "coverage_stalled",
+                        f"{name}: no new row updated for {step - self.coverage_tracker.last_growth_of(name)} steps; "
+                        f"coverage stays at {self.coverage(name):.2f}%", True)
+        scalars = [(f"sparse/{name}/coverage_pct", self.coverage(name)) for name in self.coverage_tracker.tracked]
+        summaries = summarize([(grads, self.tables[index].padding_idx) for index, grads in read])
+        self._check_spikes(step, [(index, s) for (index, _), s in zip(read, summaries) if s is not None])
+        for (index, _), summary in zip(read, summaries):
+            if summary is not None:
+                scalars += self._table_figures(self.tables[index], summary, step)
+        self._write(scalars, step)
 
     def step_end(self, model: paddle.nn.Layer, step: int) -> None:
         """After the optimizer step: log the update-to-weight ratio of the rows read in ``step``."""
-        for table in self.tables.values():
-            if table.pending is None:
-                continue
-            after = table_rows(table.layer, table.pending.rows)
-            weight = float(table.weights_before.norm())
-            update = float((after - table.weights_before).norm())
-            self.writer.add_scalar(f"sparse/{table.name}/update_to_weight", update / weight if weight > 0 else 0.0,
-                                   step)
-            table.pending = table.weights_before = None
+        scalars = []
+        pending = [table for table in self.tables if table.pending is not None]
+        for table in pending:
+            update = float(np.linalg.norm(current_rows(table.layer, table.pending) - table.before))
+            weight = float(np.linalg.norm(table.before))
+            scalars.append((f"sparse/{table.name}/update_to_weight", update / weight if weight > 0 else 0.0))
+            table.pending = table.before = None
+        if scalars:
+            self._write(scalars, step)
+
+    def _write(self, scalars: list[tuple[str, float]], step: int) -> None:
+        """One write for the step's scalars when the writer can (BufferedLogWriter), else one by one."""
+        at_once = getattr(self.writer, "add_scalars_of_step", None)
+        if at_once is not None:
+            at_once(scalars, step)
+            return
+        for tag, value in scalars:
+            self.writer.add_scalar(tag, value, step)
 
     # ----------------------------------------------------------- figures
-    def _track_coverage(self, table: _Table, rows: np.ndarray, step: int) -> None:
-        if table.padding_idx is not None:
-            rows = rows[rows != table.padding_idx]
-        grew = not table.seen[rows].all()
-        table.seen[rows] = True
-        if grew:
-            table.last_growth_step = step
-        elif (step - table.last_growth_step >= self.alerts.coverage_patience
-              and self.coverage(table.name) < 100.0):
-            self._alert(table, step, "coverage_stalled",
-                        f"{table.name}: no new row updated for {step - table.last_growth_step} steps; coverage "
-                        f"stays at {self.coverage(table.name):.2f}%", True)
+    def _lookup_parts(self, lookups: dict[str, np.ndarray]
+                      ) -> tuple[list[tuple[str, np.ndarray]], set[str], tuple[int, ...]]:
+        """(table, ids) pairs for coverage, the tables they cover, and the gradient tables left to count
+        coverage from their own rows. Tables given the very same ids array (a field's embedding and
+        first-order tables, from the engine) share their rows, which are then marked once. The answer for
+        a set of table names is kept: the engine asks the same every step."""
+        plan = self._plans.get(tuple(lookups))
+        if plan is not None and all(lookups[name] is lookups[twin] for name, twin in plan[2]):
+            return [(name, lookups[name]) for name in plan[0]], plan[1], plan[3]
+        parts, covered = self._plan_parts(lookups)
+        uncovered = tuple(i for i, t in enumerate(self.tables) if t.name not in covered and t.outer not in covered)
+        twins = [(name, self._twins[name]) for name in lookups if name in self._twins]
+        self._plans[tuple(lookups)] = ([name for name, _ in parts], covered, twins, uncovered)
+        return parts, covered, uncovered
+
+    def _plan_parts(self, lookups: dict[str, np.ndarray]) -> tuple[list[tuple[str, np.ndarray]], set[str]]:
+        parts, covered, owner_of = [], set(), {}
+        for name, ids in lookups.items():
+            twin = self._twins.get(name)
+            if twin is not None:
+                if lookups.get(twin) is ids:
+                    covered.add(name)
+                    continue
+                self.coverage_tracker.separate(name)  # no longer the same ids: own rows from now on
+                del self._twins[name]
+            if name not in self.coverage_tracker:
+                earlier = owner_of.get(id(ids))
+                if earlier is not None and self._id_space(name) == self._id_space(earlier):
+                    self.coverage_tracker.share(name, earlier)
+                    self._twins[name] = earlier
+                    covered.add(name)
+                    continue
+                if not self._coverage_space(name):
+                    continue
+            owner_of.setdefault(id(ids), name)
+            parts.append((name, ids))
+            covered.add(name)
+        return parts, covered
+
+    def _id_space(self, name: str) -> tuple[int, int | None] | None:
+        """(ids, padding id) that coverage counts for a looked-up table; None when unknown (a hashed
+        layer's ids without ``id_spaces``)."""
+        layer = self.layers.get(name)
+        if layer is None:
+            return None
+        padding_idx = table_settings(layer)[0]
+        if name in self.id_spaces:
+            return self.id_spaces[name], padding_idx
+        if getattr(layer, "takes_any_id", False):
+            return None
+        return getattr(layer, "num_embeddings", None) or layer.weight.shape[0], padding_idx
+
+    def _coverage_space(self, name: str, rows: int | None = None, padding_idx: int | None = None) -> bool:
+        """Make sure coverage tracks ``name``; False when its id space is unknown (a hashed layer's ids,
+        without ``id_spaces``)."""
+        if name in self.coverage_tracker:
+            return True
+        if rows is None:
+            space = self._id_space(name)
+            if space is None:
+                return False
+            rows, padding_idx = space
+        self.coverage_tracker.add(name, rows, padding_idx)
+        return True
 
     def coverage(self, name: str) -> float:
         """Share of the table's rows (padding excluded) updated at least once, in percent."""
-        table = self.tables[name]
-        total = table.seen.size - (table.padding_idx is not None)
-        return 100.0 * int(table.seen.sum()) / max(total, 1)
+        return self.coverage_tracker.percent(name)
 
     def never_updated(self, name: str) -> tuple[int, float | None]:
         """(rows never updated, their share of the evaluation lookups in percent, if known)."""
-        table = self.tables[name]
-        cold = ~table.seen
-        if table.padding_idx is not None:
-            cold[table.padding_idx] = False
-        share = None
-        ids = self.lookup_ids.get(name)
-        if ids is not None:
-            ids = ids.ravel()
-            if table.padding_idx is not None:
-                ids = ids[ids != table.padding_idx]
-            share = 100.0 * float(cold[ids].mean()) if ids.size else 0.0
-        return int(cold.sum()), share
+        return self.coverage_tracker.never_updated(name, self.lookup_ids.get(name))
 
     def log_never_updated(self, step: int) -> None:
-        for name in self.tables:
+        scalars = []
+        for name in self.coverage_tracker.tracked:
             count, share = self.never_updated(name)
-            self.writer.add_scalar(f"sparse/{name}/never_updated_rows", count, step)
+            scalars.append((f"sparse/{name}/never_updated_rows", count))
             if share is not None:
-                self.writer.add_scalar(f"sparse/{name}/never_updated_lookup_share_pct", share, step)
+                scalars.append((f"sparse/{name}/never_updated_lookup_share_pct", share))
+        self._write(scalars, step)
 
-    def _log_step(self, table: _Table, grads: RowGradients, norms: np.ndarray, step: int) -> None:
+    def _table_figures(self, table: _GradientTable, summary: GradientSummary, step: int) -> list[tuple[str, float]]:
+        """One table's scalars of a logged step (its histogram and alerts are written here); keeps the
+        rows for the update-to-weight ratio after the optimizer step."""
         tag = f"sparse/{table.name}"
-        finite = norms[np.isfinite(norms)]
-        self.writer.add_scalar(f"{tag}/rows_touched", len(grads.rows), step)
-        self.writer.add_scalar(f"{tag}/coverage_pct", self.coverage(table.name), step)
-        self.writer.add_scalar(f"{tag}/nan_inf_rows", int(norms.size - finite.size), step)
-        if finite.size:
-            ordered = np.sort(finite)
-            self.writer.add_scalar(f"{tag}/grad_norm_mean", float(ordered.mean()), step)
-            self.writer.add_scalar(f"{tag}/grad_norm_max", float(ordered[-1]), step)
-            self.writer.add_scalar(f"{tag}/grad_norm_p99", percentile_of_sorted(ordered, 99.0), step)
+        bad = summary.bad_rows
+        if bad.size:
+            self._alert(table.name, step, "nan_inf", f"{table.name}: {bad.size} rows have NaN/Inf gradients at "
+                        f"step {step} (rows {bad[:10].tolist()})", self.alerts.nan)
+        scalars = [(f"{tag}/rows_touched", len(summary.rows)), (f"{tag}/nan_inf_rows", bad.size)]
+        if summary.norms.size:
+            scalars += [(f"{tag}/grad_norm_mean", summary.mean), (f"{tag}/grad_norm_max", summary.max),
+                        (f"{tag}/grad_norm_p99", summary.percentile(99.0))]
             every = self.histogram_every_n_steps
             if every and step % every == 0:
-                self.writer.add_histogram(f"{tag}/grad_norm", ordered, step, buckets=30)
+                self.writer.add_histogram(f"{tag}/grad_norm", summary.norms, step, buckets=30)
+        if not getattr(table.layer, "remote_rows", False):  # server-held rows cannot be read for the ratio
+            table.pending = summary.rows
+            table.before = current_rows(table.layer, summary.rows)
+        return scalars
 
-    def _check_spike(self, table: _Table, step: int, max_norm: float) -> None:
-        history = table.norm_history
-        if len(history) >= 5:
-            median = float(np.median(history))
-            if median > 0 and max_norm > self.alerts.norm_factor * median:
-                self._alert(table, step, "norm_spike",
-                            f"{table.name}: max row-gradient norm {max_norm:.4g} at step {step} is "
-                            f"{max_norm / median:.1f}x its running median {median:.4g}", True, once=False)
-        history.append(max_norm)
+    def _check_spikes(self, step: int, found: list[tuple[int, GradientSummary]]) -> None:
+        """Alert on a max row norm above ``norm_factor`` x the median of that table's last maxima."""
+        found = [(index, s.max) for index, s in found if s.norms.size]
+        if not found:
+            return
+        indices = np.array([index for index, _ in found])
+        maxima = np.array([value for _, value in found])
+        window = self.alerts.norm_window
+        ready = self._norm_count[indices] >= 5
+        if ready.any():
+            history = np.sort(self._norm_history[indices[ready]], axis=1)   # unfilled slots are +inf: last
+            filled = np.minimum(self._norm_count[indices[ready]], window)
+            lines = np.arange(len(filled))
+            medians = (history[lines, (filled - 1) // 2] + history[lines, filled // 2]) / 2
+            for index, value, median in zip(indices[ready], maxima[ready], medians):
+                if median > 0 and value > self.alerts.norm_factor * median:
+                    name = self.tables[index].name
+                    self._alert(name, step, "norm_spike", f"{name}: max row-gradient norm {value:.4g} at step "
+                                f"{step} is {value / median:.1f}x its running median {median:.4g}", True, once=False)
+        self._norm_history[indices, self._norm_count[indices] % window] = maxima
+        self._norm_count[indices] += 1
 
-    def _alert(self, table: _Table, step: int, kind: str, message: str, enabled: bool, once: bool = True) -> None:
-        if not enabled or (once and kind in table.alerted):
+    def _alert(self, name: str, step: int, kind: str, message: str, enabled: bool, once: bool = True) -> None:
+        alerted = self._alerted.setdefault(name, set())
+        if not enabled or (once and kind in alerted):
             return
         self.alert_log.append((step, kind, message))
-        self.writer.add_text(f"alerts/{table.name}", f"[{kind}] {message}", step)
-        if kind not in table.alerted:
+        self.writer.add_text(f"alerts/{name}", f"[{kind}] {message}", step)
+        if kind not in alerted:
             logger.warning("monitor alert: %s", message)  # printed once per table and kind
-        table.alerted.add(kind)
+        alerted.add(kind)

@@ -16,6 +16,8 @@ class PSEmbedding(EmbeddingBase):
     """A table held by the parameter servers (``paddle.static.nn.sparse_embedding``); static graph only.
     ``distributed.mode: ps`` gives every table of the model this type."""
 
+    remote_rows = True  # monitors get its row gradients from the trainer's fetches, never its rows
+
     config_options = {
         "entry": Option("none", str, choices=ENTRIES, doc="feature admission of new ids"),
         "count_filter": Option(2, int, low=1, doc="entry count_filter: uses before an id gets a row"),

@@ -57,6 +57,8 @@ class HashEmbedding(CompositeEmbedding):
     not range-checked.
     """
 
+    takes_any_id = True  # no vocabulary: monitors need the id space from elsewhere to count coverage
+
     config_options = {
         "num_buckets": Option(None, int, low=1, nullable=True, doc="rows of the shared table (default: by fraction)"),
         "bucket_fraction": Option(0.1, float, low=1e-9, high=1.0, doc="num_buckets = fraction x rows when unset"),

@@ -7,9 +7,11 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from paddle_edo.config import load_config
+from paddle_edo.data import CTRBatches
 from paddle_edo.engine import Engine
 from paddle_edo.schema import ConfigError
 
@@ -34,14 +36,43 @@ def epoch_losses(text: str, trainer: int) -> list[float]:
     return [float(line.split()[-1]) for line in text.splitlines() if f"trainer {trainer}: epoch" in line]
 
 
+def check_trainer_monitoring(logdir: Path, config: dict, engine: Engine, trainers: int = 2) -> None:
+    """Each trainer logged its own VisualDL run: rows touched and coverage equal what its share of the
+    data holds, gradient norms are there."""
+    from visualdl import LogReader
+
+    splits, train = engine.splits, config["train"]
+    padding = engine.model.embeddings["user_id"].padding_idx
+    every = config["monitor"]["every_n_steps"]
+    for rank in range(trainers):
+        (path,) = (logdir / f"trainer{rank}").glob("vdlrecords*")
+        reader = LogReader(file_path=str(path))
+        series = {tag: {r.id: r.value for r in reader.get_data("scalar", tag)} for tag in
+                  ("sparse/embeddings.user_id/rows_touched", "sparse/embeddings.user_id/coverage_pct",
+                   "sparse/embeddings.item_id/grad_norm_max")}
+        mine = splits.train.take(np.arange(rank, len(splits.train), trainers))
+        batches = CTRBatches(mine, train["batch_size"], shuffle=True, seed=train["seed"] + rank)
+        batches.epoch = 0
+        batch = list(batches)[every - 1]
+        assert series["sparse/embeddings.user_id/rows_touched"][every] == len(set(batch["user_id"].tolist()) - {padding})
+        users = set(mine.ids["user_id"].tolist()) - {padding}
+        last = max(series["sparse/embeddings.user_id/coverage_pct"])
+        assert series["sparse/embeddings.user_id/coverage_pct"][last] == pytest.approx(
+            100.0 * len(users) / (engine.fields[0].vocab_size - (padding is not None)))
+        assert all(np.isfinite(v) and v > 0 for v in series["sparse/embeddings.item_id/grad_norm_max"].values())
+
+
 @pytest.mark.parametrize("ps_mode", ["async", "geo"])
 def test_a_ps_job_trains_like_one_process_and_ends_cleanly(tmp_path, ps_mode):
-    job = launch(tmp_path / "ps", f"distributed.ps_mode={ps_mode}")
+    job = launch(tmp_path / "ps", f"distributed.ps_mode={ps_mode}", "monitor.enable=true")
     output, _ = job.communicate(timeout=240)
     assert job.returncode == 0, output[-3000:] + logs(tmp_path / "ps")[-3000:]
     results = json.loads((tmp_path / "ps" / "results.json").read_text())
-    single = Engine(load_config(CONFIG, [f"train.output_dir={tmp_path / 'single'}", "distributed.mode=none"])).fit()
+    config = load_config(CONFIG, [f"train.output_dir={tmp_path / 'single'}", "distributed.mode=none"])
+    engine = Engine(config)
+    single = engine.fit()
     assert abs(results["test_auc"] - single["test_auc"]) < 0.01
+    check_trainer_monitoring(tmp_path / "ps" / "vdl", config, engine)
     text = logs(tmp_path / "ps")
     for trainer in (0, 1):  # both trainers learned
         first, last = epoch_losses(text, trainer)

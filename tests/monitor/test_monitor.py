@@ -241,3 +241,87 @@ def test_cached_tables_are_monitored_by_table_id_and_log_their_counters(tmp_path
     assert coverage["cached"] == coverage["dense"] and coverage["cached"][-1] > 60
     hit_rates = [r.value for _, r in sorted(series("scalar", "cache/embeddings.f0/hit_rate").items())]
     assert "cache/first_order.f3/evictions" in tags["scalar"] and 0 < hit_rates[-1] < 1
+
+
+def test_composite_layers_are_monitored_through_their_inner_tables(tmp_path):
+    from paddle_edo.nn import HashEmbedding, QREmbedding
+
+    class Composite(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.hashed = HashEmbedding(13, 4, num_hashes=2)
+            self.qr = QREmbedding(100, 4, num_collisions=10, operation="add")
+
+        def forward(self, ids):
+            return self.hashed(ids).sum() + self.qr(ids).sum()
+
+    model = Composite()
+    ids = np.array([[5, 5, 907], [42, 5, 61]])  # 907: any id for the hashed layer, not for QR
+    writer = open_log_writer(tmp_path / "vdl")
+    monitor = SparseGradMonitor(writer, every_n_steps=1)
+    monitor.attach(model, id_spaces={"hashed": 1000})
+    qr_ids = ids % 100
+    loss = model.hashed(paddle.to_tensor(ids)).sum() + model.qr(paddle.to_tensor(qr_ids)).sum()
+    loss.backward()
+    monitor.step(model, 1, {"hashed": ids, "qr": qr_ids})
+    monitor.step_end(model, 1)
+    writer.close()
+    tags, series = read(tmp_path / "vdl")
+    # d loss / d row = (number of lookups landing on the row) x ones(4): norm 2 x count
+    buckets = model.hashed.bucket_ids(paddle.to_tensor(ids)).numpy().ravel()
+    counts = np.bincount(buckets)
+    assert series("scalar", "sparse/hashed.table/rows_touched")[1].value == np.count_nonzero(counts)
+    assert series("scalar", "sparse/hashed.table/grad_norm_max")[1].value == pytest.approx(2.0 * counts.max())
+    quotients = np.bincount(qr_ids.ravel() // 10)
+    assert series("scalar", "sparse/qr.quotient/grad_norm_max")[1].value == pytest.approx(2.0 * quotients.max())
+    assert "sparse/qr.remainder/update_to_weight" in tags["scalar"]
+    # coverage counts ids: 4 distinct of the 1000 given for the hashed layer, of QR's own 100
+    assert series("scalar", "sparse/hashed/coverage_pct")[1].value == pytest.approx(100.0 * 4 / 1000)
+    assert series("scalar", "sparse/qr/coverage_pct")[1].value == pytest.approx(100.0 * 4 / 100)
+
+
+def test_engine_monitors_hashed_fields(tmp_path):
+    config = small_synthetic_config(tmp_path / "run", epochs=1)
+    config["embedding"] = {"type": "hash", "dim": 8, "num_buckets": 50}
+    config["monitor"].update(enable=True, every_n_steps=5)
+    engine = Engine(config)
+    engine.fit()
+    tags, series = read(tmp_path / "run" / "vdl")
+    assert "sparse/embeddings.f0.table/grad_norm_max" in tags["scalar"]
+    assert "sparse/embeddings.f0/coverage_pct" in tags["scalar"]
+    (monitor,) = [cb for cb in engine.callbacks if isinstance(cb, SparseGradMonitor)]
+    padding = engine.model.embeddings["f0"].padding_idx
+    seen = {int(i) for i in np.unique(engine.splits.train.ids["f0"])} - {padding}
+    assert monitor.coverage("embeddings.f0") == pytest.approx(100.0 * len(seen) / (500 - (padding is not None)))
+
+
+def test_coverage_is_shared_by_tables_given_the_same_ids_until_they_differ(tmp_path):
+    model = paddle.nn.Sequential(DenseEmbedding(10, 2), DenseEmbedding(10, 2))
+    writer = open_log_writer(tmp_path / "vdl")
+    monitor = SparseGradMonitor(writer, every_n_steps=1)
+    same = np.array([1, 2, 3])
+    for step, lookups in enumerate([{"0": same, "1": same}, {"0": np.array([4]), "1": np.array([7, 8])}], 1):
+        loss = model[0](paddle.to_tensor(lookups["0"])).sum() + model[1](paddle.to_tensor(lookups["1"])).sum()
+        loss.backward()
+        monitor.step(model, step, lookups)
+        model.clear_gradients()
+    assert monitor.coverage("0") == pytest.approx(40.0) and monitor.coverage("1") == pytest.approx(50.0)
+    assert monitor.coverage_tracker.names == ["0", "1"]  # one shared row set at first, then its own
+
+
+def test_coverage_batches_steps_and_keeps_growth_steps_and_range_errors():
+    from paddle_edo.monitor.coverage import Coverage
+
+    coverage = Coverage()
+    coverage.add("a", 6, padding_idx=0)
+    coverage.add("b", 4)
+    for step, (a, b) in enumerate([([0, 1], [3]), ([1, 2], [3]), ([0, 0], [3]), ([5], [0, 1])], 1):
+        coverage.update(step, [("a", np.array(a)), ("b", np.array(b))])
+    assert coverage._pending  # not marked yet: gathered
+    assert coverage.percent("a") == pytest.approx(60.0) and coverage.percent("b") == pytest.approx(75.0)
+    assert coverage.last_growth_of("a") == 4 and coverage.last_growth_of("b") == 4
+    assert coverage.never_updated("a", np.array([0, 3, 4, 5, 1])) == (2, 50.0)  # padding lookups left out
+    assert coverage.stalled(20, patience=10) == ["a", "b"] and coverage.stalled(20, patience=17) == []
+    coverage.update(21, [("a", np.array([2])), ("b", np.array([-1]))])
+    with pytest.raises(IndexError, match="b got row -1 at step 21, outside \\[0, 4\\)"):
+        coverage.flush()

@@ -47,3 +47,39 @@ def test_the_movielens_multitask_example_learns_both_tasks():
     assert float(lines[-2].split()[-1]) > 0.75   # test click auc
     assert float(lines[-1].split()[-1]) < 1.0    # test rating rmse (predicting the mean gives 1.13)
     assert "int8" in result.stdout
+
+
+def test_the_engine_trains_both_tasks_from_a_config_and_exports_the_click_head(tmp_path):
+    from paddle_edo.config import load_config
+    from paddle_edo.engine import Engine
+    from paddle_edo.export import Predictor, export_model, input_specs
+
+    config = load_config(ROOT / "configs" / "movielens_multitask.yaml",
+                         [f"train.output_dir={tmp_path}", "train.epochs=1", "monitor.enable=false"])
+    engine = Engine(config)
+    results = engine.fit()
+    assert results["test_auc"] > 0.75 and results["test_rating_rmse"] < 1.0  # the mean predicts 1.13
+    assert "valid_rating_rmse" in engine.history[0]
+    report = engine.memory_report()
+    assert [t.name for t in report.tables] == [f"embeddings.{f.name}" for f in engine.fields]  # each table once
+    # the loss is exactly click BCE + 0.5 x rating MSE
+    batch = {k: paddle.to_tensor(v[:64]) for k, v in
+             {**engine.splits.test.ids, "label": engine.splits.test.labels, **engine.splits.test.targets}.items()}
+    engine.model.eval()
+    click, rating = engine.model([batch[f.name] for f in engine.fields])
+    expected = (paddle.nn.functional.binary_cross_entropy_with_logits(click, batch["label"])
+                + 0.5 * paddle.nn.functional.mse_loss(rating, batch["rating"].astype("float32")))
+    assert float(engine._loss((click, rating), batch)) == pytest.approx(float(expected), rel=1e-6)
+    prefix = export_model(engine.model, input_specs(engine.fields), tmp_path / "inference" / "model")
+    logits = Predictor(prefix).run([engine.splits.test.ids[f.name][:256] for f in engine.fields])
+    np.testing.assert_allclose(1 / (1 + np.exp(-logits)), engine.predict(engine.splits.test)[:256], atol=1e-5)
+
+
+def test_multitask_configs_refuse_data_without_ratings_and_parameter_servers(tmp_path):
+    from paddle_edo.config import load_config
+    from paddle_edo.schema import ConfigError
+
+    with pytest.raises(ConfigError, match="model.name = 'click_and_rating' needs rating targets"):
+        load_config(ROOT / "configs" / "movielens_multitask.yaml", ["data.name=synthetic"])
+    with pytest.raises(ConfigError, match="model.name = 'click_and_rating' is not supported with distributed"):
+        load_config(ROOT / "configs" / "movielens_multitask.yaml", ["distributed.mode=ps"])
