@@ -46,9 +46,14 @@ def check_ps_config(config: dict[str, Any]) -> None:
         raise ConfigError("distributed.ps_mode = 'sync' is refused: on Paddle 2.6.2 synchronous parameter-server "
                           "training segfaults in SendBarrierOp on its first step; use 'async' or 'geo', or "
                           "distributed.mode = 'collective' for synchronous data-parallel training")
+    if distributed["entry"] in ("count_filter", "probability"):
+        raise ConfigError(f"distributed.entry = {distributed['entry']!r} is refused: Paddle 2.6.2's parameter servers "
+                          f"ignore feature-admission entries (measured: with count_filter 100000, and with "
+                          f"probability 0.01, every row trained as without an entry, on MemorySparseTable and "
+                          f"CommonSparseTable); use 'none'")
     if distributed["entry"] == "show_click":
-        raise ConfigError("distributed.entry = 'show_click' needs show/click inputs the CTR data does not have; "
-                          "use 'none', 'count_filter' or 'probability'")
+        raise ConfigError("distributed.entry = 'show_click' needs show/click inputs fed beside the ids, which "
+                          "paddle_edo's parameter-server programs do not build; use 'none'")
     if config["embedding"]["type"] not in PS_EMBEDDINGS:
         raise ConfigError(f"embedding.type = {config['embedding']['type']!r} cannot be used with distributed.mode = "
                           f"'ps'; expected one of {', '.join(map(repr, PS_EMBEDDINGS))} (the servers hold plain "

@@ -163,6 +163,11 @@ def test_sync_mode_and_missing_launcher_are_refused(tmp_path):
         load_config(CONFIG, ["embedding.type=quantized"])
     with pytest.raises(ConfigError, match="train.resume with distributed.ps_mode = 'geo' is not supported"):
         load_config(CONFIG, ["distributed.ps_mode=geo", "train.resume=true"])
+    for entry in ("count_filter", "probability"):  # the 2.6.2 servers ignore them (measured, see README)
+        with pytest.raises(ConfigError, match=f"distributed.entry = '{entry}' is refused: .* ignore feature-admission"):
+            load_config(CONFIG, [f"distributed.entry={entry}"])
+    with pytest.raises(ConfigError, match="distributed.entry = 'show_click' needs show/click inputs"):
+        load_config(CONFIG, ["distributed.entry=show_click"])
     from paddle_edo.distributed.ps import run_ps
 
     config = load_config(CONFIG, [f"train.output_dir={tmp_path}"])
