@@ -61,7 +61,8 @@ class MixedDimEmbedding(CompositeEmbedding):
         self.blocks = paddle.nn.LayerList()
         self.projections = paddle.nn.LayerList()
         for start, end, width in zip([0, *ends[:-1]], ends, dims):
-            # one extra row at the end: ids outside the block look it up, get zeros and no gradient
+            # one extra zero row at the end (the block's padding row): tables saved before lookups were
+            # partitioned by block looked it up for ids outside the block, and keep their shape
             self.blocks.append(DenseEmbedding(end - start + 1, width, padding_idx=end - start, sparse=sparse,
                                               init_std=init_std))
             self.projections.append(paddle.nn.Linear(width, embedding_dim, bias_attr=False)
@@ -78,13 +79,24 @@ class MixedDimEmbedding(CompositeEmbedding):
                    options["min_dim"], padding_idx, options["sparse"])
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
-        rank = paddle.gather(self.rank, ids.flatten()).reshape(ids.shape)
-        out = None
+        """Each block looks up and projects only its own ids, written into their places of the output:
+        one pass over the lookups instead of one per block (padding ids belong to no block: zeros). A
+        scratch position past the end, read from each block's zero row, keeps every block's index
+        non-empty (dynamic shapes: the same program serves batches where a block gets no id)."""
+        flat = ids.flatten()
+        rank = paddle.gather(self.rank, flat).astype("int32")
+        block_of = paddle.searchsorted(self.block_starts, rank, right=True) - 1
+        if self.padding_idx is not None:
+            block_of = paddle.where(flat == self.padding_idx, paddle.full_like(block_of, -1), block_of)
+        scratch = paddle.shape(flat).astype("int64")                  # [n]: the position after the last
+        rank = paddle.concat([rank, paddle.zeros([1], dtype="int32")])
+        out = paddle.zeros_like(rank, dtype="float32").unsqueeze(-1).tile([1, self.embedding_dim])
         for index, (block, projection) in enumerate(zip(self.blocks, self.projections)):
-            size = block.num_embeddings - 1
-            local = rank - self.block_starts[index]
-            outside = paddle.logical_or(local < 0, local >= size)
-            local = paddle.where(outside, paddle.full_like(local, size), local).astype("int64")
+            where = paddle.concat([paddle.nonzero(block_of == index).flatten(), scratch])
+            local = (paddle.gather(rank, where) - self.block_starts[index]).astype("int64")
+            local = paddle.where(where == scratch, paddle.full_like(local, block.num_embeddings - 1), local)
             vectors = projection(block(local))
-            out = vectors if out is None else out + vectors
-        return self.zero_padding(ids, out)
+            # in place in dygraph (a copy of the whole output per block cost 4x); static programs have no
+            # in-place scatter and do the same with scatter
+            out = out.scatter_(where, vectors) if paddle.in_dynamic_mode() else paddle.scatter(out, where, vectors)
+        return out[:-1].reshape([*ids.shape, self.embedding_dim])
