@@ -29,6 +29,8 @@ from ..metrics import accuracy, auc, logloss
 from ..models import build_model
 from ..monitor import SparseGradMonitor, monitors_from_config
 from ..monitor.row_gradients import RowGradients
+from .admission import RULES as ADMISSION_RULES
+from .admission import FeatureAdmission, joined
 from ..nn.ps_table import PSEmbedding
 from ..schema import ConfigError
 
@@ -46,11 +48,13 @@ def check_ps_config(config: dict[str, Any]) -> None:
         raise ConfigError("distributed.ps_mode = 'sync' is refused: on Paddle 2.6.2 synchronous parameter-server "
                           "training segfaults in SendBarrierOp on its first step; use 'async' or 'geo', or "
                           "distributed.mode = 'collective' for synchronous data-parallel training")
-    if distributed["entry"] in ("count_filter", "probability"):
-        raise ConfigError(f"distributed.entry = {distributed['entry']!r} is refused: Paddle 2.6.2's parameter servers "
-                          f"ignore feature-admission entries (measured: with count_filter 100000, and with "
-                          f"probability 0.01, every row trained as without an entry, on MemorySparseTable and "
-                          f"CommonSparseTable); use 'none'")
+    if distributed["entry"] in ADMISSION_RULES:  # applied by the trainers: the 2.6.2 servers ignore entries
+        if config["embedding"]["type"] != "dense":
+            raise ConfigError(f"distributed.entry = {distributed['entry']!r} needs embedding.type = 'dense', not "
+                              f"{config['embedding']['type']!r}: with hash or qr, ids share rows anyway")
+        if config["train"]["resume"] is not False:
+            raise ConfigError(f"train.resume with distributed.entry = {distributed['entry']!r} is not supported "
+                              f"(the trainers' admission counts are not checkpointed)")
     if distributed["entry"] == "show_click":
         raise ConfigError("distributed.entry = 'show_click' needs show/click inputs fed beside the ids, which "
                           "paddle_edo's parameter-server programs do not build; use 'none'")
@@ -121,13 +125,20 @@ class PSJob:
         paddle.seed(config["train"]["seed"])
         self.splits = load_dataset(config["data"])
         self.fields = self.splits.fields
+        distributed = config["distributed"]
+        # feature admission on this trainer's batches (single-valued fields: a multi-valued field's id 0 is
+        # padding, which pooling leaves out, so serving could not treat a filtered id the same way)
+        self.admission = None if fleet.is_server() or distributed["entry"] not in ADMISSION_RULES else \
+            FeatureAdmission(distributed["entry"], {f.name: f.vocab_size for f in self.fields if not f.multi_valued},
+                             distributed["count_filter"], distributed["probability"],
+                             seed=config["train"]["seed"] + fleet.worker_index())
+        self.served: dict[str, np.ndarray] | None = None  # ids some trainer admitted (trainer 0, at the end)
         self._build()
 
     def _build(self) -> None:
         distributed = self.config["distributed"]
-        table_options = {"entry": distributed["entry"], "count_filter": distributed["count_filter"],
-                         "probability": distributed["probability"], "table_class": distributed["table_class"],
-                         "geo": distributed["ps_mode"] == "geo"}
+        # no entry for the servers: they ignore it (the trainers admit ids themselves)
+        table_options = {"table_class": distributed["table_class"], "geo": distributed["ps_mode"] == "geo"}
         embedding = self.config["embedding"]
         if embedding["type"] == "dense":  # every table on the servers
             self.model = build_model(self.fields, {**self.config, "embedding": {
@@ -189,10 +200,11 @@ class PSJob:
                 step += 1
                 watched = self.monitor is not None and step % self.monitor.every_n_steps == 0
                 fetches = [v for pair in self.monitor_fetches.values() for v in pair] if watched else []
-                loss, *fetched = exe.run(main, feed=self._feed(batch), fetch_list=[self.loss, *fetches])
+                feed = self._feed(batch, admit=True)
+                loss, *fetched = exe.run(main, feed=feed, fetch_list=[self.loss, *fetches])
                 losses.append(float(loss))
                 if self.monitor is not None:
-                    self._monitor_step(step, batch, fetched)
+                    self._monitor_step(step, feed, fetched)
                 if self.config["distributed"]["ps_mode"] == "async" and step % every == 0:
                     pull_dense()
             history.append(float(np.mean(losses)))
@@ -210,8 +222,15 @@ class PSJob:
         results: dict[str, float] = {"train_seconds": seconds, "examples_per_second": step * train["batch_size"]
                                      / seconds, "loss_first_epoch": history[0], "loss_last_epoch": history[-1]}
         self.output_dir.mkdir(parents=True, exist_ok=True)
+        if self.admission is not None:
+            results["admitted_ids"] = self.admission.counts()
+            self._admission_path(rank).parent.mkdir(exist_ok=True)
+            self.admission.save(self._admission_path(rank))
         (self.output_dir / f"results.trainer{rank}.json").write_text(json.dumps(results, indent=2))
+        fleet.barrier_worker()  # every trainer's admitted ids are saved
         if rank == 0:
+            if self.admission is not None:
+                self.served = joined([self._admission_path(r) for r in range(trainers)])
             results.update(self._finish(exe, history))
         fleet.barrier_worker()  # the others wait for trainer 0's evaluation and export
         if rank == 0:
@@ -280,10 +299,19 @@ class PSJob:
         logger.info("%s: resumed from %s after epoch %d", self.role, folder, state["epoch"])
         return state["epoch"], list(state["history"])
 
-    def _feed(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
+    def _feed(self, batch: dict[str, Any], admit: bool = False) -> dict[str, np.ndarray]:
+        """The batch as fed: with feature admission, training batches pass through this trainer's
+        admission, and evaluation looks up ids no trainer admitted as id 0."""
         feed = {f.name: np.asarray(batch[f.name]) for f in self.fields}
+        if admit and self.admission is not None:
+            feed.update({name: self.admission(name, feed[name]) for name in self.admission.admitted})
+        elif self.served is not None:
+            feed.update({name: np.where(flags[feed[name]], feed[name], 0) for name, flags in self.served.items()})
         feed["label"] = np.asarray(batch["label"], dtype=np.float32)
         return feed
+
+    def _admission_path(self, rank: int) -> Path:
+        return self.output_dir / "admission" / f"trainer{rank}.npz"
 
     # ------------------------------------------------------------ trainer 0
     def _finish(self, exe, history: list[float]) -> dict[str, float]:
@@ -335,6 +363,9 @@ class PSJob:
             weight = np.concatenate(rows).astype(np.float32)
             if table.padding_idx is not None:
                 weight[table.padding_idx] = 0.0
+            field = self.model.table_fields().get(name)
+            if self.served is not None and field in self.served:  # served as id 0, like the evaluation
+                weight[~self.served[field]] = weight[0]
             out[f"{name}.weight"] = weight
         return out
 

@@ -98,6 +98,32 @@ def test_id_compression_maps_ids_before_the_servers_tables(tmp_path, compression
     assert engine.memory_report().tables[0].held_bytes < 944 * 8 * 4  # user ids, served by fewer rows
 
 
+def test_feature_admission_runs_on_the_trainers_and_serves_unadmitted_ids_as_unknown(tmp_path):
+    admission = ["distributed.entry=count_filter", "distributed.count_filter=30"]
+    job = launch(tmp_path, *admission)
+    output, _ = job.communicate(timeout=240)
+    assert job.returncode == 0, output[-3000:] + logs(tmp_path)[-3000:]
+    config = load_config(CONFIG, [f"train.output_dir={tmp_path}", *admission])
+    engine = Engine(config)
+    train, field = engine.splits.train, engine.fields[0]
+    assert field.name == "user_id" and not field.multi_valued
+    served = np.zeros(field.vocab_size, dtype=bool)
+    for rank in (0, 1):  # each trainer admitted the users it saw 30 times over its epochs, no others
+        mine = train.ids["user_id"][rank::2]
+        admitted = np.bincount(mine, minlength=field.vocab_size) * config["train"]["epochs"] >= 30
+        admitted[0] = False
+        results = json.loads((tmp_path / f"results.trainer{rank}.json").read_text())
+        assert results["admitted_ids"]["user_id"] == admitted.sum()
+        served |= admitted
+    never = np.flatnonzero(~served)[1:]
+    assert 0 < never.size < field.vocab_size - 1
+    engine.load_for_serving(engine.checkpoint_path)
+    weight = engine.model.embeddings["user_id"].weight.numpy()
+    np.testing.assert_array_equal(weight[never], np.broadcast_to(weight[0], (never.size, weight.shape[1])))
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert engine.evaluate("test")["auc"] == pytest.approx(results["test_auc"], abs=1e-6)
+
+
 def test_a_ps_job_resumes_from_its_epoch_checkpoint(tmp_path):
     first = launch(tmp_path, "train.epochs=1", log="log1")
     output, _ = first.communicate(timeout=240)
@@ -163,9 +189,10 @@ def test_sync_mode_and_missing_launcher_are_refused(tmp_path):
         load_config(CONFIG, ["embedding.type=quantized"])
     with pytest.raises(ConfigError, match="train.resume with distributed.ps_mode = 'geo' is not supported"):
         load_config(CONFIG, ["distributed.ps_mode=geo", "train.resume=true"])
-    for entry in ("count_filter", "probability"):  # the 2.6.2 servers ignore them (measured, see README)
-        with pytest.raises(ConfigError, match=f"distributed.entry = '{entry}' is refused: .* ignore feature-admission"):
-            load_config(CONFIG, [f"distributed.entry={entry}"])
+    with pytest.raises(ConfigError, match="distributed.entry = 'count_filter' needs embedding.type = 'dense'"):
+        load_config(CONFIG, ["distributed.entry=count_filter", "embedding.type=hash"])
+    with pytest.raises(ConfigError, match="train.resume with distributed.entry = 'probability' is not supported"):
+        load_config(CONFIG, ["distributed.entry=probability", "train.resume=true"])
     with pytest.raises(ConfigError, match="distributed.entry = 'show_click' needs show/click inputs"):
         load_config(CONFIG, ["distributed.entry=show_click"])
     from paddle_edo.distributed.ps import run_ps

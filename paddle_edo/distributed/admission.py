@@ -1,0 +1,63 @@
+"""Feature admission on the trainers: the rules of Paddle's CountFilterEntry and ProbabilityEntry.
+
+Paddle 2.6.2's parameter servers ignore both entries (measured: every row trained as without one), so a
+trainer applies them to its batches before they are fed: until an id is admitted it is looked up as its
+field's id 0 (unknown / padding), and its own row is never created or trained on the servers. Each
+trainer admits from what it has seen itself; at the end the trainers' admitted sets are joined, and ids
+no trainer admitted are served as id 0 too (evaluation and the exported tables).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+RULES = ("count_filter", "probability")
+
+
+class FeatureAdmission:
+    """Admitted ids per field. ``count_filter``: an id is admitted once this trainer has seen it that many
+    times (the batch that reaches the count uses it). ``probability``: the first time this trainer sees
+    an id it is admitted with that probability, once and for all (seeded)."""
+
+    def __init__(self, rule: str, vocab_sizes: dict[str, int], count_filter: int = 2, probability: float = 0.5,
+                 seed: int = 0) -> None:
+        if rule not in RULES:
+            raise ValueError(f"FeatureAdmission: rule = {rule!r}; expected one of {', '.join(map(repr, RULES))}")
+        self.rule, self.count_filter, self.probability = rule, count_filter, probability
+        self.admitted = {field: np.zeros(size, dtype=bool) for field, size in vocab_sizes.items()}
+        for flags in self.admitted.values():
+            flags[0] = True                                    # the unknown / padding id is always there
+        self._counts = {field: np.zeros(size, dtype=np.int64) for field, size in vocab_sizes.items()}
+        self._decided = {field: np.zeros(size, dtype=bool) for field, size in vocab_sizes.items()}
+        self._rng = np.random.default_rng(seed)
+
+    def __call__(self, field: str, ids: np.ndarray) -> np.ndarray:
+        """Count this batch's ids of ``field``, then return them with the ids not admitted set to 0."""
+        seen, counts = np.unique(ids, return_counts=True)
+        admitted = self.admitted[field]
+        if self.rule == "count_filter":
+            self._counts[field][seen] += counts
+            admitted[seen[self._counts[field][seen] >= self.count_filter]] = True
+        else:
+            new = seen[~self._decided[field][seen]]
+            self._decided[field][new] = True
+            admitted[new[self._rng.random(new.size) < self.probability]] = True
+        return np.where(admitted[ids], ids, 0)
+
+    def counts(self) -> dict[str, int]:
+        """Admitted ids per field (id 0 left out)."""
+        return {field: int(flags.sum()) - 1 for field, flags in self.admitted.items()}
+
+    def save(self, path: Path) -> None:
+        np.savez(path, **self.admitted)
+
+
+def joined(paths: list[Path]) -> dict[str, np.ndarray]:
+    """Ids admitted by any trainer, per field, from the trainers' saved sets."""
+    union: dict[str, np.ndarray] = {}
+    for path in paths:
+        with np.load(path) as saved:
+            for field in saved.files:
+                union[field] = union[field] | saved[field] if field in union else saved[field].copy()
+    return union

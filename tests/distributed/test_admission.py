@@ -1,0 +1,31 @@
+"""Feature admission on the trainers: exact rules, decided once, joined across trainers."""
+import numpy as np
+import pytest
+
+from paddle_edo.distributed.admission import FeatureAdmission, joined
+
+
+def test_count_filter_admits_an_id_with_the_batch_that_reaches_the_count():
+    admission = FeatureAdmission("count_filter", {"user": 10}, count_filter=3)
+    np.testing.assert_array_equal(admission("user", np.array([4, 4, 7])), [0, 0, 0])
+    np.testing.assert_array_equal(admission("user", np.array([4, 7, 0])), [4, 0, 0])  # 4: third use
+    np.testing.assert_array_equal(admission("user", np.array([[7, 4], [7, 9]])), [[7, 4], [7, 0]])
+    assert admission.counts() == {"user": 2}
+
+
+def test_probability_decides_each_id_once_and_is_seeded(tmp_path):
+    ids = np.arange(1, 5001)
+    first = FeatureAdmission("probability", {"item": 5001}, probability=0.3, seed=7)
+    kept = first("item", ids) != 0
+    assert 0.27 < kept.mean() < 0.33
+    np.testing.assert_array_equal(first("item", ids) != 0, kept)  # decided once and for all
+    again = FeatureAdmission("probability", {"item": 5001}, probability=0.3, seed=7)
+    np.testing.assert_array_equal(again("item", ids) != 0, kept)
+    other = FeatureAdmission("probability", {"item": 5001}, probability=0.3, seed=8)
+    other("item", ids)
+    first.save(tmp_path / "a.npz")
+    other.save(tmp_path / "b.npz")
+    union = joined([tmp_path / "a.npz", tmp_path / "b.npz"])["item"]
+    np.testing.assert_array_equal(union, first.admitted["item"] | other.admitted["item"])
+    with pytest.raises(ValueError, match="rule = 'show_click'"):
+        FeatureAdmission("show_click", {"item": 3})
