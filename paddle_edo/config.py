@@ -88,6 +88,10 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "pull_dense_every": Option(10, int, low=1, doc="async: steps between pulls of the dense parameters"),
         # feature admission and table kind: the PS table layer's own options
         **{k: v for k, v in PSEmbedding.config_options.items() if k != "geo"},
+        "show_click_threshold": Option(10.0, float, low=0.0,
+                                       doc="entry show_click: the score an id needs (Paddle's embedx_threshold)"),
+        "nonclick_coeff": Option(0.1, float, low=0.0, doc="entry show_click: score of a show without a click"),
+        "click_coeff": Option(1.0, float, low=0.0, doc="entry show_click: score of a click"),
         "sparse_learning_rate": Option(None, float, low=0.0, nullable=True,
                                        doc="servers' rate for the tables (default: the tables' rate)"),
         "shard_num": Option(4, int, low=1, doc="shards per sparse table on the servers"),

@@ -1,7 +1,9 @@
-"""Feature admission on the trainers: the rules of Paddle's CountFilterEntry and ProbabilityEntry.
+"""Feature admission on the trainers: the rules of Paddle's CountFilterEntry, ProbabilityEntry and
+ShowClickEntry.
 
-Paddle 2.6.2's parameter servers ignore both entries (measured: every row trained as without one), so a
-trainer applies them to its batches before they are fed: until an id is admitted it is looked up as its
+Paddle 2.6.2's parameter servers ignore the first two (measured: every row trained as without one), and
+the third needs show/click inputs wired into every lookup, so a trainer applies the rules to its batches
+before they are fed: until an id is admitted it is looked up as its
 field's id 0 (unknown / padding), and its own row is never created or trained on the servers. Each
 trainer admits from what it has seen itself; at the end the trainers' admitted sets are joined, and ids
 no trainer admitted are served as id 0 too (evaluation and the exported tables).
@@ -12,33 +14,46 @@ from pathlib import Path
 
 import numpy as np
 
-RULES = ("count_filter", "probability")
+RULES = ("count_filter", "probability", "show_click")
 
 
 class FeatureAdmission:
     """Admitted ids per field. ``count_filter``: an id is admitted once this trainer has seen it that many
     times (the batch that reaches the count uses it). ``probability``: the first time this trainer sees
-    an id it is admitted with that probability, once and for all (seeded)."""
+    an id it is admitted with that probability, once and for all (seeded). ``show_click``: an id is
+    admitted once its score, ``nonclick_coeff`` x shows without a click + ``click_coeff`` x clicks, reaches
+    ``show_click_threshold`` (how Paddle's CtrCommonAccessor scores a feature against its embedx_threshold;
+    each row is one show, its label the click)."""
 
     def __init__(self, rule: str, vocab_sizes: dict[str, int], count_filter: int = 2, probability: float = 0.5,
-                 seed: int = 0) -> None:
+                 seed: int = 0, show_click_threshold: float = 10.0, nonclick_coeff: float = 0.1,
+                 click_coeff: float = 1.0) -> None:
         if rule not in RULES:
             raise ValueError(f"FeatureAdmission: rule = {rule!r}; expected one of {', '.join(map(repr, RULES))}")
         self.rule, self.count_filter, self.probability = rule, count_filter, probability
+        self.show_click_threshold, self.nonclick_coeff, self.click_coeff = show_click_threshold, nonclick_coeff, click_coeff
         self.admitted = {field: np.zeros(size, dtype=bool) for field, size in vocab_sizes.items()}
         for flags in self.admitted.values():
             flags[0] = True                                    # the unknown / padding id is always there
-        self._counts = {field: np.zeros(size, dtype=np.int64) for field, size in vocab_sizes.items()}
+        self._counts = {field: np.zeros(size, dtype=np.float64) for field, size in vocab_sizes.items()}
         self._decided = {field: np.zeros(size, dtype=bool) for field, size in vocab_sizes.items()}
         self._rng = np.random.default_rng(seed)
 
-    def __call__(self, field: str, ids: np.ndarray) -> np.ndarray:
-        """Count this batch's ids of ``field``, then return them with the ids not admitted set to 0."""
-        seen, counts = np.unique(ids, return_counts=True)
+    def __call__(self, field: str, ids: np.ndarray, clicks: np.ndarray | None = None) -> np.ndarray:
+        """Count this batch's ids of ``field`` (``clicks``: the rows' labels, for ``show_click``), then
+        return them with the ids not admitted set to 0."""
+        seen, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
         admitted = self.admitted[field]
-        if self.rule == "count_filter":
+        if self.rule in ("count_filter", "show_click"):
+            if self.rule == "show_click":
+                if clicks is None:
+                    raise ValueError("FeatureAdmission: the show_click rule needs the rows' clicks")
+                clicked = np.bincount(inverse.ravel(), weights=np.broadcast_to(clicks, ids.shape).ravel(),
+                                      minlength=seen.size)
+                counts = self.nonclick_coeff * (counts - clicked) + self.click_coeff * clicked
+            threshold = self.count_filter if self.rule == "count_filter" else self.show_click_threshold
             self._counts[field][seen] += counts
-            admitted[seen[self._counts[field][seen] >= self.count_filter]] = True
+            admitted[seen[self._counts[field][seen] >= threshold]] = True
         else:
             new = seen[~self._decided[field][seen]]
             self._decided[field][new] = True

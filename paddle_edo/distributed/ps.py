@@ -55,9 +55,6 @@ def check_ps_config(config: dict[str, Any]) -> None:
         if config["train"]["resume"] is not False:
             raise ConfigError(f"train.resume with distributed.entry = {distributed['entry']!r} is not supported "
                               f"(the trainers' admission counts are not checkpointed)")
-    if distributed["entry"] == "show_click":
-        raise ConfigError("distributed.entry = 'show_click' needs show/click inputs fed beside the ids, which "
-                          "paddle_edo's parameter-server programs do not build; use 'none'")
     if config["embedding"]["type"] not in PS_EMBEDDINGS:
         raise ConfigError(f"embedding.type = {config['embedding']['type']!r} cannot be used with distributed.mode = "
                           f"'ps'; expected one of {', '.join(map(repr, PS_EMBEDDINGS))} (the servers hold plain "
@@ -131,7 +128,8 @@ class PSJob:
         self.admission = None if fleet.is_server() or distributed["entry"] not in ADMISSION_RULES else \
             FeatureAdmission(distributed["entry"], {f.name: f.vocab_size for f in self.fields if not f.multi_valued},
                              distributed["count_filter"], distributed["probability"],
-                             seed=config["train"]["seed"] + fleet.worker_index())
+                             config["train"]["seed"] + fleet.worker_index(), distributed["show_click_threshold"],
+                             distributed["nonclick_coeff"], distributed["click_coeff"])
         self.served: dict[str, np.ndarray] | None = None  # ids some trainer admitted (trainer 0, at the end)
         self._build()
 
@@ -304,7 +302,8 @@ class PSJob:
         admission, and evaluation looks up ids no trainer admitted as id 0."""
         feed = {f.name: np.asarray(batch[f.name]) for f in self.fields}
         if admit and self.admission is not None:
-            feed.update({name: self.admission(name, feed[name]) for name in self.admission.admitted})
+            clicks = np.asarray(batch["label"], dtype=np.float64)
+            feed.update({name: self.admission(name, feed[name], clicks) for name in self.admission.admitted})
         elif self.served is not None:
             feed.update({name: np.where(flags[feed[name]], feed[name], 0) for name, flags in self.served.items()})
         feed["label"] = np.asarray(batch["label"], dtype=np.float32)

@@ -13,6 +13,16 @@ def test_count_filter_admits_an_id_with_the_batch_that_reaches_the_count():
     assert admission.counts() == {"user": 2}
 
 
+def test_show_click_admits_an_id_once_its_score_reaches_the_threshold():
+    # score = 0.1 x shows without a click + 1 x clicks, threshold 1.2
+    admission = FeatureAdmission("show_click", {"ad": 5}, show_click_threshold=1.2)
+    np.testing.assert_array_equal(admission("ad", np.array([1, 2, 2]), np.array([1, 0, 0])), [0, 0, 0])
+    np.testing.assert_array_equal(admission("ad", np.array([1, 2]), np.array([0, 1])), [0, 2])  # 2: 0.2 + 1
+    np.testing.assert_array_equal(admission("ad", np.array([1, 1]), np.array([0, 0])), [1, 1])  # 1: 1 + 0.3
+    with pytest.raises(ValueError, match="needs the rows' clicks"):
+        admission("ad", np.array([3]))
+
+
 def test_probability_decides_each_id_once_and_is_seeded(tmp_path):
     ids = np.arange(1, 5001)
     first = FeatureAdmission("probability", {"item": 5001}, probability=0.3, seed=7)
@@ -27,5 +37,5 @@ def test_probability_decides_each_id_once_and_is_seeded(tmp_path):
     other.save(tmp_path / "b.npz")
     union = joined([tmp_path / "a.npz", tmp_path / "b.npz"])["item"]
     np.testing.assert_array_equal(union, first.admitted["item"] | other.admitted["item"])
-    with pytest.raises(ValueError, match="rule = 'show_click'"):
-        FeatureAdmission("show_click", {"item": 3})
+    with pytest.raises(ValueError, match="rule = 'often'"):
+        FeatureAdmission("often", {"item": 3})

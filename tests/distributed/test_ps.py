@@ -98,8 +98,20 @@ def test_id_compression_maps_ids_before_the_servers_tables(tmp_path, compression
     assert engine.memory_report().tables[0].held_bytes < 944 * 8 * 4  # user ids, served by fewer rows
 
 
-def test_feature_admission_runs_on_the_trainers_and_serves_unadmitted_ids_as_unknown(tmp_path):
-    admission = ["distributed.entry=count_filter", "distributed.count_filter=30"]
+def uses(ids, labels, size):
+    return np.bincount(ids, minlength=size)
+
+
+def show_click_score(ids, labels, size):  # Paddle's default coefficients: 0.1 a show without a click, 1 a click
+    clicks = np.bincount(ids, weights=labels, minlength=size)
+    return 0.1 * (np.bincount(ids, minlength=size) - clicks) + clicks
+
+
+@pytest.mark.parametrize("admission, score, threshold", [
+    (["distributed.entry=count_filter", "distributed.count_filter=30"], uses, 30),
+    (["distributed.entry=show_click", "distributed.show_click_threshold=12.05"], show_click_score, 12.05)])
+def test_feature_admission_runs_on_the_trainers_and_serves_unadmitted_ids_as_unknown(tmp_path, admission, score,
+                                                                                    threshold):
     job = launch(tmp_path, *admission)
     output, _ = job.communicate(timeout=240)
     assert job.returncode == 0, output[-3000:] + logs(tmp_path)[-3000:]
@@ -108,9 +120,9 @@ def test_feature_admission_runs_on_the_trainers_and_serves_unadmitted_ids_as_unk
     train, field = engine.splits.train, engine.fields[0]
     assert field.name == "user_id" and not field.multi_valued
     served = np.zeros(field.vocab_size, dtype=bool)
-    for rank in (0, 1):  # each trainer admitted the users it saw 30 times over its epochs, no others
+    for rank in (0, 1):  # each trainer admitted the users whose score over its epochs reached the threshold
         mine = train.ids["user_id"][rank::2]
-        admitted = np.bincount(mine, minlength=field.vocab_size) * config["train"]["epochs"] >= 30
+        admitted = score(mine, train.labels[rank::2], field.vocab_size) * config["train"]["epochs"] >= threshold
         admitted[0] = False
         results = json.loads((tmp_path / f"results.trainer{rank}.json").read_text())
         assert results["admitted_ids"]["user_id"] == admitted.sum()
@@ -193,8 +205,6 @@ def test_sync_mode_and_missing_launcher_are_refused(tmp_path):
         load_config(CONFIG, ["distributed.entry=count_filter", "embedding.type=hash"])
     with pytest.raises(ConfigError, match="train.resume with distributed.entry = 'probability' is not supported"):
         load_config(CONFIG, ["distributed.entry=probability", "train.resume=true"])
-    with pytest.raises(ConfigError, match="distributed.entry = 'show_click' needs show/click inputs"):
-        load_config(CONFIG, ["distributed.entry=show_click"])
     from paddle_edo.distributed.ps import run_ps
 
     config = load_config(CONFIG, [f"train.output_dir={tmp_path}"])
