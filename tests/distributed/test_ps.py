@@ -42,43 +42,50 @@ def check_trainer_monitoring(logdir: Path, config: dict, engine: Engine, trainer
     from visualdl import LogReader
 
     splits, train = engine.splits, config["train"]
-    padding = engine.model.embeddings["user_id"].padding_idx
+    first, second = (f.name for f in engine.fields[:2])
+    padding = engine.model.embeddings[first].padding_idx
     every = config["monitor"]["every_n_steps"]
     for rank in range(trainers):
         (path,) = (logdir / f"trainer{rank}").glob("vdlrecords*")
         reader = LogReader(file_path=str(path))
-        series = {tag: {r.id: r.value for r in reader.get_data("scalar", tag)} for tag in
-                  ("sparse/embeddings.user_id/rows_touched", "sparse/embeddings.user_id/coverage_pct",
-                   "sparse/embeddings.item_id/grad_norm_max")}
+        series = {tag.split("/", 1)[1].replace(first, "first").replace(second, "second"):
+                  {r.id: r.value for r in reader.get_data("scalar", tag)} for tag in
+                  (f"sparse/embeddings.{first}/rows_touched", f"sparse/embeddings.{first}/coverage_pct",
+                   f"sparse/embeddings.{second}/grad_norm_max")}
         mine = splits.train.take(np.arange(rank, len(splits.train), trainers))
         batches = CTRBatches(mine, train["batch_size"], shuffle=True, seed=train["seed"] + rank)
         batches.epoch = 0
         batch = list(batches)[every - 1]
-        assert series["sparse/embeddings.user_id/rows_touched"][every] == len(set(batch["user_id"].tolist()) - {padding})
-        users = set(mine.ids["user_id"].tolist()) - {padding}
-        last = max(series["sparse/embeddings.user_id/coverage_pct"])
-        assert series["sparse/embeddings.user_id/coverage_pct"][last] == pytest.approx(
-            100.0 * len(users) / (engine.fields[0].vocab_size - (padding is not None)))
-        assert all(np.isfinite(v) and v > 0 for v in series["sparse/embeddings.item_id/grad_norm_max"].values())
+        assert series["embeddings.first/rows_touched"][every] == len(set(batch[first].tolist()) - {padding})
+        ids = set(mine.ids[first].tolist()) - {padding}
+        last = max(series["embeddings.first/coverage_pct"])
+        assert series["embeddings.first/coverage_pct"][last] == pytest.approx(
+            100.0 * len(ids) / (engine.fields[0].vocab_size - (padding is not None)))
+        assert all(np.isfinite(v) and v > 0 for v in series["embeddings.second/grad_norm_max"].values())
 
 
-@pytest.mark.parametrize("ps_mode", ["async", "geo"])
-def test_a_ps_job_trains_like_one_process_and_ends_cleanly(tmp_path, ps_mode):
-    job = launch(tmp_path / "ps", f"distributed.ps_mode={ps_mode}", "monitor.enable=true")
+@pytest.mark.parametrize("ps_mode, data", [("async", "movielens"), ("geo", "movielens"), ("async", "synthetic")])
+def test_a_ps_job_trains_like_one_process_and_ends_cleanly(tmp_path, ps_mode, data):
+    job = launch(tmp_path / "ps", f"distributed.ps_mode={ps_mode}", f"data.name={data}", "monitor.enable=true")
     output, _ = job.communicate(timeout=240)
     assert job.returncode == 0, output[-3000:] + logs(tmp_path / "ps")[-3000:]
     results = json.loads((tmp_path / "ps" / "results.json").read_text())
-    config = load_config(CONFIG, [f"train.output_dir={tmp_path / 'single'}", "distributed.mode=none"])
+    config = load_config(CONFIG, [f"train.output_dir={tmp_path / 'single'}", "distributed.mode=none",
+                                  f"data.name={data}"])
     engine = Engine(config)
     single = engine.fit()
-    assert abs(results["test_auc"] - single["test_auc"]) < 0.01
+    # no worse than one process by more than 0.01 (on the synthetic data the servers' Adam rule at the
+    # config's sparse rate does better than one process: 0.776-0.778 against 0.769)
+    assert results["test_auc"] > single["test_auc"] - 0.01
+    if data == "movielens":
+        assert abs(results["test_auc"] - single["test_auc"]) < 0.01
     check_trainer_monitoring(tmp_path / "ps" / "vdl", config, engine)
     text = logs(tmp_path / "ps")
     for trainer in (0, 1):  # both trainers learned
         first, last = epoch_losses(text, trainer)
         assert last < first
     # the tables pulled from the servers and the dense parameters rebuild the served model exactly
-    config = load_config(CONFIG, [f"train.output_dir={tmp_path / 'ps'}"])
+    config = load_config(CONFIG, [f"train.output_dir={tmp_path / 'ps'}", f"data.name={data}"])
     engine = Engine(config)
     engine.load_for_serving(engine.checkpoint_path)
     assert engine.evaluate("test")["auc"] == pytest.approx(results["test_auc"], abs=1e-6)
@@ -165,11 +172,14 @@ def test_a_job_past_its_timeout_fails_and_says_which_processes_and_where_their_l
     assert any(f"({tmp_path / 'log'}/" in line and "passed distributed.timeout_s = 10 s" in line for line in reasons)
 
 
-def test_a_killed_trainer_fails_the_job(tmp_path):
-    job = launch(tmp_path, "train.epochs=200")
+@pytest.mark.parametrize("role, markers, log", [
+    ("trainer 1", (b"TRAINING_ROLE=TRAINER", b"PADDLE_TRAINER_ID=1"), "workerlog.1"),
+    ("server 0", (b"TRAINING_ROLE=PSERVER",), "serverlog.0")])
+def test_a_killed_process_fails_the_job_and_leaves_the_last_checkpoint_intact(tmp_path, role, markers, log):
+    job = launch(tmp_path, "train.epochs=200", "distributed.timeout_s=45")
     victim = None
     deadline = time.monotonic() + 90
-    while victim is None and time.monotonic() < deadline:  # trainer 1: found by its launcher environment
+    while victim is None and time.monotonic() < deadline:  # found by its launcher environment
         time.sleep(1)
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
@@ -177,19 +187,21 @@ def test_a_killed_trainer_fails_the_job(tmp_path):
                 environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if str(tmp_path).encode() in cmdline and b"TRAINING_ROLE=TRAINER" in environ \
-                    and b"PADDLE_TRAINER_ID=1" in environ:
+            if str(tmp_path).encode() in cmdline and all(marker in environ for marker in markers):
                 victim = int(pid)
     assert victim is not None
-    time.sleep(8)  # mid-run
+    while not (tmp_path / "ps_checkpoint" / "state.json").exists() and time.monotonic() < deadline + 60:
+        time.sleep(0.5)  # mid-run, after at least one epoch checkpoint
     os.kill(victim, signal.SIGKILL)
     start = time.monotonic()
-    output, _ = job.communicate(timeout=120)
-    assert job.returncode != 0 and time.monotonic() - start < 60
+    output, _ = job.communicate(timeout=150)
+    assert job.returncode != 0 and time.monotonic() - start < 110  # within distributed.timeout_s (+ teardown)
     from tools.launch import unfinished
 
     failed = unfinished(tmp_path / "log")
-    assert any(line.startswith(f"trainer 1 ({tmp_path / 'log' / 'workerlog.1'})") for line in failed), failed
+    assert any(line.startswith(f"{role} ({tmp_path / 'log' / log})") for line in failed), failed
+    state = json.loads((tmp_path / "ps_checkpoint" / "state.json").read_text())  # whole: written, then renamed
+    assert state["epoch"] >= 1 and len(state["history"]) == state["epoch"]
 
 
 def test_sync_mode_and_missing_launcher_are_refused(tmp_path):
