@@ -127,9 +127,7 @@ class SparseGradMonitor(Callback):
         self.coverage_tracker = Coverage()
         self.id_spaces = dict(id_spaces or {})
         self.lookup_ids = dict(lookup_ids or {})
-        self._alerted = {}
-        self._twins: dict[str, str] = {}
-        self._plans: dict[tuple[str, ...], tuple] = {}
+        self._alerted, self._twins, self._plans = {}, {}, {}
         self._norm_history = np.full((len(self.tables), self.alerts.norm_window), np.inf)
         self._norm_count = np.zeros(len(self.tables), dtype=np.int64)
 
