@@ -106,8 +106,7 @@ class Engine:
         self.train_model = paddle.DataParallel(self.model) if self.world_size > 1 else self.model
         self.train_batches = CTRBatches(_shard(self.splits.train, self.rank, self.world_size), train["batch_size"],
                                         shuffle=True, seed=train["seed"])
-        self.current_batch: dict[str, paddle.Tensor] = {}  # the batch being trained on, for callbacks
-        self.current_arrays: dict[str, np.ndarray] = {}    # the same batch as it came from the data
+        self.current_arrays: dict[str, np.ndarray] = {}  # the batch being trained on, as the data gave it
         self.epoch = 0           # epochs finished
         self.step_in_epoch = 0   # steps finished in the current epoch
         self.global_step = 0
@@ -257,7 +256,6 @@ class Engine:
         # what the uninterrupted one drew: Paddle 2.6 cannot save its generator state (paddle.save keeps
         # only the seed of a GeneratorState).
         paddle.seed((self.config["train"]["seed"] * 1_000_003 + self.global_step) % 2**31)
-        self.current_batch = batch
         ids = [batch[f.name] for f in self.fields]
         with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
             loss = self._loss(self.train_model(ids), batch)
