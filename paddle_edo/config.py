@@ -172,6 +172,14 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+CHECKPOINT_SECTIONS = ("data", "model", "embedding")  # what a checkpoint must have been trained with
+
+
+def checkpoint_sections(config: dict[str, Any]) -> dict[str, Any]:
+    """The sections a checkpoint records, to check a resume against."""
+    return {section: config[section] for section in CHECKPOINT_SECTIONS}
+
+
 def section_with_defaults(section: str, values: Any) -> Any:
     """A config section as this version validates it (options added since it was written get their
     defaults), or the values unchanged when they no longer validate."""
@@ -181,6 +189,25 @@ def section_with_defaults(section: str, values: Any) -> Any:
         return check_section(section, values, SCHEMA[section])
     except ConfigError:
         return values
+
+
+def checkpoint_difference(saved: dict[str, Any], config: dict[str, Any]) -> str | None:
+    """The first difference between the sections a checkpoint recorded and this config's ("embedding.dim
+    was 8, now 4"), both as this version validates them, so that a checkpoint from before an option existed
+    still resumes; None when they agree."""
+    for section in CHECKPOINT_SECTIONS:
+        before, now = section_with_defaults(section, saved.get(section)), section_with_defaults(section, config[section])
+        if before != now:
+            return _first_difference(section, before, now)
+    return None
+
+
+def _first_difference(path: str, old: Any, new: Any) -> str:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new), key=str):
+            if old.get(key) != new.get(key):
+                return _first_difference(f"{path}.{key}", old.get(key), new.get(key))
+    return f"{path} was {old!r}, now {new!r}"
 
 
 def apply_override(raw: dict[str, Any], text: str) -> None:

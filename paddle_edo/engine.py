@@ -16,7 +16,7 @@ from paddle.utils import unique_name
 from . import runtime
 from .callbacks import Callback
 from .checkpoint import CheckpointError, load_checkpoint, load_model_state, save_checkpoint
-from .config import dump_config, section_with_defaults
+from .config import checkpoint_difference, checkpoint_sections, dump_config
 from .data import CTRBatches, CTRTable, count_frequencies, load_dataset, make_loader
 from .memory import embedding_layers, memory_report
 from .metrics import accuracy, auc, logloss
@@ -33,7 +33,6 @@ from .text import load_pretrained
 logger = logging.getLogger("paddle_edo")
 
 # Config sections a checkpoint must agree with to be resumed: they fix the model's shape and the data.
-_CHECKPOINT_SECTIONS = ("data", "model", "embedding")
 EVAL_BATCH_SIZE = 8192
 
 
@@ -135,7 +134,7 @@ class Engine:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "epoch": self.epoch, "step_in_epoch": self.step_in_epoch, "global_step": self.global_step,
                 "history": self.history,
-                "config": {k: self.config[k] for k in _CHECKPOINT_SECTIONS}}
+                "config": checkpoint_sections(self.config)}
 
     def save(self, path: str | Path | None = None) -> Path:
         """Write a checkpoint (in collective mode rank 0 writes it; the ranks hold the same parameters)."""
@@ -146,15 +145,10 @@ class Engine:
         """Restore model, optimizer and position from a checkpoint of the same experiment (randomness
         follows from (seed, step), see _train_step)."""
         state = load_checkpoint(path)
-        saved = state.get("config", {})
-        for section in _CHECKPOINT_SECTIONS:
-            # both as this version validates them: a checkpoint from before an option existed still loads
-            before, now = section_with_defaults(section, saved.get(section)), section_with_defaults(
-                section, self.config[section])
-            if before != now:
-                diff = _first_difference(section, before, now)
-                raise CheckpointError(f"checkpoint {path} was made with another {section} config ({diff}); "
-                                      f"resume it with the config it was trained with")
+        diff = checkpoint_difference(state.get("config", {}), self.config)
+        if diff is not None:
+            raise CheckpointError(f"checkpoint {path} was made with another {diff.split('.')[0]} config ({diff}); "
+                                  f"resume it with the config it was trained with")
         load_model_state(self.model, state["model"], str(path))
         self.optimizer.set_state_dict(state["optimizer"])
         self.epoch, self.step_in_epoch = state["epoch"], state["step_in_epoch"]
@@ -352,14 +346,6 @@ def _shard(table: CTRTable, rank: int, world_size: int) -> CTRTable:
         return table
     usable = len(table) - len(table) % world_size
     return table.take(np.arange(rank, usable, world_size))
-
-
-def _first_difference(path: str, old: Any, new: Any) -> str:
-    if isinstance(old, dict) and isinstance(new, dict):
-        for key in sorted(set(old) | set(new), key=str):
-            if old.get(key) != new.get(key):
-                return _first_difference(f"{path}.{key}", old.get(key), new.get(key))
-    return f"{path} was {old!r}, now {new!r}"
 
 
 def _attach_log_file(path: Path) -> logging.Handler:

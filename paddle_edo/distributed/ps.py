@@ -24,6 +24,7 @@ import paddle
 import paddle.nn.functional as F
 
 from ..checkpoint import CheckpointError, save_checkpoint
+from ..config import checkpoint_difference, checkpoint_sections
 from ..data import CTRBatches, load_dataset
 from ..metrics import accuracy, auc, logloss
 from ..models import build_model
@@ -266,8 +267,7 @@ class PSJob:
         fresh = self.checkpoint_dir.with_name(self.checkpoint_dir.name + ".tmp")
         self.fleet.save_persistables(exe, str(fresh))
         if self.fleet.worker_index() == 0:
-            state = {"epoch": epochs_done, "history": history,
-                     "config": {k: self.config[k] for k in ("data", "model", "embedding")}}
+            state = {"epoch": epochs_done, "history": history, "config": checkpoint_sections(self.config)}
             (fresh / "state.json").write_text(json.dumps(state))
             old = self.checkpoint_dir.with_name(self.checkpoint_dir.name + ".old")
             if self.checkpoint_dir.exists():
@@ -289,9 +289,10 @@ class PSJob:
                         self.checkpoint_dir)
             return 0, []
         state = json.loads((folder / "state.json").read_text())
-        if state["config"] != {k: self.config[k] for k in ("data", "model", "embedding")}:
-            raise CheckpointError(f"{folder} was made with another data/model/embedding config; resume it "
-                                  f"with the config it was trained with")
+        diff = checkpoint_difference(state["config"], self.config)
+        if diff is not None:
+            raise CheckpointError(f"{folder} was made with another {diff.split('.')[0]} config ({diff}); resume "
+                                  f"it with the config it was trained with")
         self.fleet.load_model(str(folder), mode=0)  # trainer 0 loads every table on the servers
         pull_dense()
         logger.info("%s: resumed from %s after epoch %d", self.role, folder, state["epoch"])
@@ -327,7 +328,7 @@ class PSJob:
         save_checkpoint({"model": state, "optimizer": {},
                          "epoch": self.config["train"]["epochs"], "step_in_epoch": 0, "global_step": 0,
                          "history": [{"loss": loss} for loss in history],
-                         "config": {k: self.config[k] for k in ("data", "model", "embedding")}},
+                         "config": checkpoint_sections(self.config)},
                         self.output_dir / "checkpoints" / "last.pdckpt")
         (self.output_dir / "results.json").write_text(json.dumps(results, indent=2))
         return results
