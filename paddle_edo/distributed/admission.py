@@ -35,8 +35,9 @@ class FeatureAdmission:
         self.admitted = {field: np.zeros(size, dtype=bool) for field, size in vocab_sizes.items()}
         for flags in self.admitted.values():
             flags[0] = True                                    # the unknown / padding id is always there
-        self._counts = {field: np.zeros(size, dtype=np.float64) for field, size in vocab_sizes.items()}
-        self._decided = {field: np.zeros(size, dtype=bool) for field, size in vocab_sizes.items()}
+        counted = rule != "probability"  # per id: uses or show/click score, else whether it was drawn
+        self._tally = {field: np.zeros(size, dtype=np.float64 if counted else bool) for field, size in
+                        vocab_sizes.items()}
         self._rng = np.random.default_rng(seed)
 
     def __call__(self, field: str, ids: np.ndarray, clicks: np.ndarray | None = None) -> np.ndarray:
@@ -52,11 +53,11 @@ class FeatureAdmission:
                                       minlength=seen.size)
                 counts = self.nonclick_coeff * (counts - clicked) + self.click_coeff * clicked
             threshold = self.count_filter if self.rule == "count_filter" else self.show_click_threshold
-            self._counts[field][seen] += counts
-            admitted[seen[self._counts[field][seen] >= threshold]] = True
+            self._tally[field][seen] += counts
+            admitted[seen[self._tally[field][seen] >= threshold]] = True
         else:
-            new = seen[~self._decided[field][seen]]
-            self._decided[field][new] = True
+            new = seen[~self._tally[field][seen]]
+            self._tally[field][new] = True
             admitted[new[self._rng.random(new.size) < self.probability]] = True
         return np.where(admitted[ids], ids, 0)
 
