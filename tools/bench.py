@@ -87,12 +87,15 @@ QUALITY_RUNS = [("fp32", "adam", {"type": "dense"})] + [
 QUICK_RUNS = {"fp32", "int8 ptq", "int4 qat", "fp32 (adagrad)", "int8 low_precision"}
 
 
+def default_experiment(output_dir: str, overrides: list[str]) -> Engine:
+    """The engine of configs/movielens_dense.yaml with overrides (progress lines off)."""
+    return Engine(load_config(ROOT / "configs" / "movielens_dense.yaml",
+                              [f"train.output_dir={output_dir}", "train.log_every_steps=100000", *overrides]))
+
+
 def train_default_experiment(output_dir: str, overrides: list[str]) -> tuple[Engine, dict[str, float]]:
-    """Train configs/movielens_dense.yaml with overrides (progress lines off), return the engine and
-    its results."""
-    config = load_config(ROOT / "configs" / "movielens_dense.yaml",
-                         [f"train.output_dir={output_dir}", "train.log_every_steps=100000", *overrides])
-    engine = Engine(config)
+    """Train the default experiment with overrides; the engine and its results."""
+    engine = default_experiment(output_dir, overrides)
     return engine, engine.fit()
 
 
@@ -300,10 +303,7 @@ def monitor_benchmark(repeats: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(repeats):
             for name, overrides in variants.items():
-                config = load_config(ROOT / "configs" / "movielens_dense.yaml",
-                                     [f"train.output_dir={tmp}/{repeat}-{name.replace(' ', '_')}",
-                                      "train.log_every_steps=100000", "train.epochs=1", *overrides])
-                engine = Engine(config)
+                engine = default_experiment(f"{tmp}/{repeat}-{name.replace(' ', '_')}", ["train.epochs=1", *overrides])
                 spent = time_step_hooks(engine.callbacks)
                 engine.fit()
                 seconds[name].append(engine.history[0]["seconds"])
