@@ -172,6 +172,24 @@ def test_a_job_past_its_timeout_fails_and_says_which_processes_and_where_their_l
     assert any(f"({tmp_path / 'log'}/" in line and "passed distributed.timeout_s = 10 s" in line for line in reasons)
 
 
+def launched_process(out: Path, markers: tuple[bytes, ...]) -> int | None:
+    """The pid of the process the launcher started with these environment markers, found by its command
+    line. Its own forks match too (the server's checkpoint writers run `bash -c ... gzip` children), so
+    the one whose parent does not match is it."""
+    matching = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if str(out).encode() in cmdline and all(marker in environ for marker in markers):
+            matching[int(pid)] = parent
+    roots = [pid for pid, parent in matching.items() if parent not in matching]
+    return roots[0] if len(roots) == 1 else None
+
+
 @pytest.mark.parametrize("role, markers, log", [
     ("trainer 1", (b"TRAINING_ROLE=TRAINER", b"PADDLE_TRAINER_ID=1"), "workerlog.1"),
     ("server 0", (b"TRAINING_ROLE=PSERVER",), "serverlog.0")])
@@ -179,16 +197,9 @@ def test_a_killed_process_fails_the_job_and_leaves_the_last_checkpoint_intact(tm
     job = launch(tmp_path, "train.epochs=200", "distributed.timeout_s=45")
     victim = None
     deadline = time.monotonic() + 90
-    while victim is None and time.monotonic() < deadline:  # found by its launcher environment
+    while victim is None and time.monotonic() < deadline:
         time.sleep(1)
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if str(tmp_path).encode() in cmdline and all(marker in environ for marker in markers):
-                victim = int(pid)
+        victim = launched_process(tmp_path, markers)
     assert victim is not None
     while not (tmp_path / "ps_checkpoint" / "state.json").exists() and time.monotonic() < deadline + 60:
         time.sleep(0.5)  # mid-run, after at least one epoch checkpoint
