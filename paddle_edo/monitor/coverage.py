@@ -22,6 +22,7 @@ class Coverage:
         self.counts = np.zeros(0, dtype=np.int64)
         self.capacity = np.zeros(0, dtype=np.int64)    # rows that can be updated: padding excluded
         self.last_growth = np.zeros(0, dtype=np.int64)
+        self._full: list[bool] = []                      # per table: every row marked
         self._index: dict[str, int] = {}
         self._starts = np.zeros(0, dtype=np.int64)
         self._bounds_cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
@@ -50,6 +51,7 @@ class Coverage:
         new = self._index[name]
         self.flags[self.starts[new]:] = self.flags[start:start + size]
         self.counts[new], self.last_growth[new] = self.counts[index], self.last_growth[index]
+        self._full = (self.counts >= self.capacity).tolist()
 
     def add(self, name: str, rows: int, padding_idx: int | None = None) -> None:
         """Track a table of ``rows`` rows; its padding row, if any, counts as neither updated nor cold."""
@@ -67,13 +69,18 @@ class Coverage:
         self.counts = np.append(self.counts, 0)
         self.capacity = np.append(self.capacity, rows - (padding_idx is not None))
         self.last_growth = np.append(self.last_growth, 0)
+        self._full.append(bool(self.capacity[-1] == 0))
 
     def update(self, step: int, parts: list[tuple[str, np.ndarray]]) -> None:
         """Mark the rows each named table updated (or looked up) at ``step``. Steps are gathered (copied)
-        and marked together, up to ``batch_steps`` at a time or when a figure is asked for."""
+        and marked together, up to ``batch_steps`` at a time or when a figure is asked for. Tables whose
+        rows are all marked are skipped: they cannot grow (small-vocabulary fields fill in a few steps), and
+        their ids are no longer range-checked (the lookup itself refuses rows outside a table)."""
+        full = self._full
+        parts = [(index, rows) for index, rows in ((self._index[name], rows) for name, rows in parts) if not full[index]]
         if not parts:
             return
-        indices = tuple(self._index[name] for name, _ in parts)
+        indices = tuple(index for index, _ in parts)
         arrays = [rows.ravel() for _, rows in parts]
         self._pending.append((step, indices, tuple(a.size for a in arrays), np.concatenate(arrays)))
         if len(self._pending) >= self.batch_steps:
@@ -85,8 +92,7 @@ class Coverage:
             return
         pending, self._pending = self._pending, []
         rows = np.concatenate([rows for *_, rows in pending]) if len(pending) > 1 else pending[0][3]
-        bounds = [self._bounds(indices, lengths) for _, indices, lengths, _ in pending]
-        low, size = (np.concatenate(b) for b in zip(*bounds)) if len(pending) > 1 else bounds[0]
+        low, size = self._bounds(tuple((indices, lengths) for _, indices, lengths, _ in pending))
         outside = rows.view(np.uint64) >= size  # negative rows wrap around to huge ones
         if outside.any():
             at = int(np.flatnonzero(outside)[0])
@@ -102,18 +108,21 @@ class Coverage:
         self.flags[new_keys] = True
         owners = np.searchsorted(self._starts, new_keys, side="right") - 1
         self.counts += np.bincount(owners, minlength=len(self.names))
+        self._full = (self.counts >= self.capacity).tolist()
         steps = np.repeat([step for step, *_ in pending], [r.size for *_, r in pending])[fresh[first]]
         np.maximum.at(self.last_growth, owners, steps)
 
-    def _bounds(self, indices: tuple[int, ...], lengths: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-        """Per concatenated row: its table's offset and size (the same every step but the last of an epoch)."""
-        key = (indices, lengths)
-        if key not in self._bounds_cache:
+    def _bounds(self, layout: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]) -> tuple[np.ndarray, np.ndarray]:
+        """Per gathered row: its table's offset and size, for steps of these (tables, lengths). Kept: the
+        same every flush but the last of an epoch."""
+        if layout not in self._bounds_cache:
             if len(self._bounds_cache) > 8:
                 self._bounds_cache.clear()
-            self._bounds_cache[key] = (np.repeat(self._starts[list(indices)], lengths),
-                                       np.repeat(np.asarray(self.sizes, dtype=np.uint64)[list(indices)], lengths))
-        return self._bounds_cache[key]
+            indices = [i for step_indices, _ in layout for i in step_indices]
+            lengths = [n for _, step_lengths in layout for n in step_lengths]
+            self._bounds_cache[layout] = (np.repeat(self._starts[indices], lengths),
+                                          np.repeat(np.asarray(self.sizes, dtype=np.uint64)[indices], lengths))
+        return self._bounds_cache[layout]
 
     def percent(self, name: str) -> float:
         """Share of the table's rows (padding excluded) updated at least once, in percent."""

@@ -24,55 +24,59 @@ class RowGradients:
 
 @dataclass
 class GradientSummary:
-    """One table's row gradients merged per row: distinct rows, their finite norms (ascending) and the
-    rows whose gradient holds NaN or Inf."""
+    """One table's row gradients merged per row: distinct rows, their finite norms (ascending), the rows
+    whose gradient holds NaN or Inf, and the figures of the finite norms (NaN when there are none)."""
 
     rows: np.ndarray                 # int64 [U], sorted, padding excluded
     norms: np.ndarray                # float32 [U - bad], ascending
     bad_rows: np.ndarray             # int64, rows with a NaN/Inf gradient
     sparse: bool
-
-    @property
-    def mean(self) -> float:
-        return float(self.norms.mean())
-
-    @property
-    def max(self) -> float:
-        return float(self.norms[-1])
-
-    def percentile(self, q: float) -> float:
-        """np.percentile's default (linear interpolation) of the sorted norms."""
-        position = (len(self.norms) - 1) * q / 100.0
-        low = int(position)
-        high = min(low + 1, len(self.norms) - 1)
-        return float(self.norms[low] + (self.norms[high] - self.norms[low]) * (position - low))
+    mean: float
+    max: float
+    p99: float                       # np.percentile's default (linear interpolation)
 
 
-def read_row_gradients(layer: paddle.nn.Layer, with_values: bool = True) -> RowGradients | None:
-    """Row gradients of one table, or None when it got no gradient this step. Without values only the
-    row ids are read (no values leave the device)."""
-    own = getattr(layer, "row_gradients", None)
-    found = own() if own is not None else None  # rows a layer updates itself (low_precision, caches)
-    if found is not None:
-        values = found[1].numpy().astype(np.float32, copy=False) if with_values else None
-        return RowGradients(found[0].numpy(), values, sparse=True)
-    weight = getattr(layer, "weight", None)
-    if weight is None or weight.stop_gradient:
-        return None
-    grad = weight._grad_ivar()
-    if grad is None or not grad._is_initialized():
-        return None
-    if grad.is_selected_rows():
-        rows = np.asarray(grad.rows(), dtype=np.int64)
-        if rows.size == 0:
+class RowGradientReader:
+    """Reads one table's row gradients after backward. What to read (rows the layer updates itself, or
+    its weight's gradient) is found once, since attribute lookups on a Layer are slow."""
+
+    def __init__(self, layer: paddle.nn.Layer) -> None:
+        self.own = getattr(layer, "row_gradients", None)   # low_precision tables and caches update rows
+        weight = getattr(layer, "weight", None)
+        self.weight = weight if isinstance(weight, paddle.Tensor) else None
+        self.rows_are_lookups: bool | None = None          # known after the first read with lookups
+
+    def __call__(self, with_values: bool = True, lookups: np.ndarray | None = None) -> RowGradients | None:
+        """Row gradients, or None when the table got no gradient this step. Without values only the row
+        ids are read (no values leave the device). ``lookups``, the ids the table looked up this step
+        (flat), stand for the gradient's rows once they proved equal (a sparse Embedding's gradient
+        keeps one row per lookup, in order): reading rows back costs more than the rest of a table."""
+        found = self.own() if self.own is not None else None
+        if found is not None:
+            values = found[1].numpy().astype(np.float32, copy=False) if with_values else None
+            return RowGradients(found[0].numpy(), values, sparse=True)
+        weight = self.weight
+        if weight is None or weight.stop_gradient:
             return None
-        values = grad._get_tensor_from_selected_rows().numpy().astype(np.float32, copy=False) if with_values else None
-        return RowGradients(rows, values, sparse=True)
-    touched = np.flatnonzero((grad != 0).any(axis=1).numpy())
-    if touched.size == 0:
-        return None
-    values = paddle.gather(grad, paddle.to_tensor(touched)).astype("float32").numpy() if with_values else None
-    return RowGradients(touched, values, sparse=False)
+        grad = weight._grad_ivar()
+        if grad is None or not grad._is_initialized():
+            return None
+        if grad.is_selected_rows():
+            values = grad._get_tensor_from_selected_rows()
+            if lookups is not None and self.rows_are_lookups is not False and values.shape[0] == lookups.size:
+                if self.rows_are_lookups is None:
+                    self.rows_are_lookups = bool(np.array_equal(np.asarray(grad.rows(), dtype=np.int64), lookups))
+                rows = lookups if self.rows_are_lookups else np.asarray(grad.rows(), dtype=np.int64)
+            else:
+                rows = np.asarray(grad.rows(), dtype=np.int64)
+            if rows.size == 0:
+                return None
+            return RowGradients(rows, values.numpy().astype(np.float32, copy=False) if with_values else None, True)
+        touched = np.flatnonzero((grad != 0).any(axis=1).numpy())
+        if touched.size == 0:
+            return None
+        values = paddle.gather(grad, paddle.to_tensor(touched)).astype("float32").numpy() if with_values else None
+        return RowGradients(touched, values, sparse=False)
 
 
 def summarize(gradients: list[tuple[RowGradients, int | None]]) -> list[GradientSummary | None]:
@@ -82,8 +86,12 @@ def summarize(gradients: list[tuple[RowGradients, int | None]]) -> list[Gradient
     Tables that looked up the same rows (a field's embedding and first-order tables) are merged as one,
     their columns side by side; groups with the same column layout are merged in one sort."""
     groups: dict[tuple, list[int]] = defaultdict(list)
+    contents: dict[int, tuple[int, bytes]] = {}  # the same rows array given to twins is read once
     for i, (grads, padding) in enumerate(gradients):
-        groups[(padding, grads.rows.size, grads.rows.tobytes())].append(i)
+        key = contents.get(id(grads.rows))
+        if key is None:
+            key = contents[id(grads.rows)] = (grads.rows.size, grads.rows.tobytes())
+        groups[(padding, *key)].append(i)
     layouts: dict[tuple[int, ...], list[list[int]]] = defaultdict(list)
     for members in groups.values():
         layouts[tuple(gradients[i][0].grads.shape[1] for i in members)].append(members)
@@ -95,35 +103,57 @@ def summarize(gradients: list[tuple[RowGradients, int | None]]) -> list[Gradient
 
 def _summarize_layout(gradients: list[tuple[RowGradients, int | None]], widths: tuple[int, ...],
                       batch: list[list[int]], out: list[GradientSummary | None]) -> None:
-    """Merge groups of tables that share rows and column layout: one sort, one segmented sum."""
+    """Merge groups of tables that share rows and column layout: one sort, one segmented sum; then the
+    figures of every table at once, from norms ranked within each group."""
     firsts = [gradients[members[0]] for members in batch]
     owner = np.repeat(np.arange(len(batch)), [g.rows.size for g, _ in firsts])
     rows = np.concatenate([g.rows for g, _ in firsts])
-    columns = [np.concatenate([gradients[members[k]][0].grads for members in batch]) for k in range(len(widths))]
-    values = np.concatenate(columns, axis=1) if len(columns) > 1 else columns[0]
+    paddings = np.array([-1 if padding is None else padding for _, padding in firsts])
+    padded = rows == paddings[owner]                    # padding lookups are not updates: sorted first, dropped
     stride = int(rows.max()) + 1
-    order = np.argsort(owner * stride + rows) if stride < 2**62 // len(batch) else np.lexsort((rows, owner))
+    if stride < 2**62 // len(batch):
+        key = owner * stride + rows
+        key[padded] = -1
+        order = np.argsort(key)
+    else:
+        order = np.lexsort((rows, np.where(padded, -1, owner)))
+    order = order[np.count_nonzero(padded):]
+    if not order.size:
+        return
     owner, rows = owner[order], rows[order]
     starts = np.flatnonzero(np.r_[True, (rows[1:] != rows[:-1]) | (owner[1:] != owner[:-1])])
-    merged = np.add.reduceat(np.take(values, order, axis=0), starts, axis=0)
     rows, owner = rows[starts], owner[starts].astype(np.int16 if len(batch) < 2**15 else np.int64)
-    paddings = np.array([-1 if padding is None else padding for _, padding in firsts])
-    keep = rows != paddings[owner]                    # padding lookups are not updates
-    if not keep.all():
-        owner, rows, merged = owner[keep], rows[keep], merged[keep]
-    squares = merged * merged
-    column_starts = np.cumsum((0,) + widths[:-1])
-    norms = np.sqrt(np.add.reduceat(squares, column_starts, axis=1) if len(widths) > 1 else squares.sum(axis=1,
-                                                                                                          keepdims=True))
+    norms = np.empty((rows.size, len(widths)), dtype=np.float32)
+    for k in range(len(widths)):  # each column group's rows summed per distinct row, then their norms
+        values = np.concatenate([gradients[members[k]][0].grads for members in batch])
+        merged = np.add.reduceat(np.take(values, order, axis=0), starts, axis=0)
+        norms[:, k] = np.sqrt(np.einsum("ij,ij->i", merged, merged))
+    # each column's norms ascending within each group (NaN and Inf last): a sort, then a stable radix
+    # sort by group (small integers)
+    by_norm = np.argsort(norms, axis=0)
+    ranking = np.take_along_axis(by_norm, np.argsort(owner[by_norm], axis=0, kind="stable"), axis=0)
+    ranked = np.take_along_axis(norms, ranking, axis=0)
     bounds = np.searchsorted(owner, np.arange(len(batch) + 1))
-    for k in range(len(widths)):
-        by_norm = np.argsort(norms[:, k])              # ascending, NaN and Inf last; then grouped by owner
-        by_norm = by_norm[np.argsort(owner[by_norm], kind="stable")]  # (a radix sort: small integers)
-        for g, members in enumerate(batch):
-            a, b = bounds[g], bounds[g + 1]
-            if a == b:
-                continue
-            table_norms = norms[by_norm[a:b], k]
-            good = b - a if np.isfinite(table_norms[-1]) else int(np.isfinite(table_norms).sum())
-            bad_rows = np.sort(rows[by_norm[a + good:b]]) if good < b - a else rows[:0]
-            out[members[k]] = GradientSummary(rows[a:b], table_norms[:good], bad_rows, gradients[members[k]][0].sparse)
+    present = np.flatnonzero(bounds[1:] > bounds[:-1])
+    first = bounds[present]
+    finite = np.isfinite(ranked)
+    good = np.add.reduceat(finite, first, axis=0, dtype=np.int64)              # [groups, columns]
+    means = np.add.reduceat(np.where(finite, ranked, 0), first, axis=0, dtype=np.float64) / np.maximum(good, 1)
+    position = np.maximum(good - 1, 0) * 0.99
+    low = position.astype(np.int64)
+    high = np.minimum(low + 1, np.maximum(good - 1, 0))
+    column = np.arange(len(widths))
+    at_low, at_high = ranked[first[:, None] + low, column], ranked[first[:, None] + high, column]
+    p99s = at_low + (at_high - at_low) * (position - low)
+    maxima = ranked[first[:, None] + np.maximum(good - 1, 0), column]
+    none = good == 0
+    for figure in (means, p99s, maxima):
+        figure[none] = np.nan
+    good, means, p99s, maxima = good.tolist(), means.tolist(), p99s.tolist(), maxima.tolist()
+    for j, g in enumerate(present.tolist()):
+        a, b = bounds[g], bounds[g + 1]
+        for k, member in enumerate(batch[g]):
+            end = a + good[j][k]
+            bad_rows = np.sort(rows[ranking[end:b, k]]) if end < b else rows[:0]
+            out[member] = GradientSummary(rows[a:b], ranked[a:end, k], bad_rows, gradients[member][0].sparse,
+                                          means[j][k], maxima[j][k], p99s[j][k])

@@ -12,6 +12,7 @@ costs nothing on device), else the rows of the gradient tables.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,7 @@ from ..callbacks import Callback
 from ..memory import embedding_layers
 from ..nn.base import EmbeddingBase, table_settings
 from .coverage import Coverage
-from .row_gradients import GradientSummary, RowGradients, read_row_gradients, summarize
+from .row_gradients import GradientSummary, RowGradientReader, RowGradients, summarize
 
 logger = logging.getLogger("paddle_edo")
 
@@ -45,8 +46,15 @@ class _GradientTable:
     layer: paddle.nn.Layer
     padding_idx: int | None
     rows: int
-    pending: np.ndarray | None = None   # rows read at the last logged step, and their values then
+    read: RowGradientReader
+    tag: str                         # "sparse/<name>"
+    rows_read: np.ndarray | None = None   # rows read at the last logged step, and their values then
     before: np.ndarray | None = None
+
+    @property
+    def plain(self) -> bool:
+        """The embedding layer itself (its lookups are its rows), not a composite's inner table."""
+        return self.name == self.outer
 
 
 def is_table(layer: paddle.nn.Layer) -> bool:
@@ -71,19 +79,30 @@ def gradient_tables(model: paddle.nn.Layer) -> list[_GradientTable]:
             full = ".".join(part for part in (outer, name) if part)
             weight = getattr(table, "weight", None)
             rows = weight.shape[0] if weight is not None else table.num_embeddings
-            found.append(_GradientTable(full, outer, table, table_settings(table)[0], rows))
+            found.append(_GradientTable(full, outer, table, table_settings(table)[0], rows,
+                                        RowGradientReader(table), f"sparse/{full}"))
     return found
 
 
-def current_rows(layer: paddle.nn.Layer, rows: np.ndarray) -> np.ndarray:
+def current_rows(table: _GradientTable, rows: np.ndarray) -> np.ndarray:
     """fp32 values of some rows of a table, on the host (decoded when packed, resident rows of a cache)."""
-    weight = getattr(layer, "weight", None)
+    weight = table.read.weight
     if weight is None:
-        return layer.decode_rows(paddle.to_tensor(rows)).numpy()
+        return table.layer.decode_rows(paddle.to_tensor(rows)).numpy()
     shape = weight.shape  # (Tensor.size runs an op; the shape is free)
     if shape[0] * shape[1] <= SMALL_TABLE_ELEMENTS:
         return weight.numpy()[rows]
     return paddle.gather(weight.detach(), paddle.to_tensor(rows, place=weight.place)).numpy()
+
+
+def update_ratios(pairs: list[tuple[np.ndarray, np.ndarray]]) -> list[float]:
+    """||after - before|| / ||before|| of each (rows before, rows after) pair, 0 for all-zero rows."""
+    ratios = []
+    for before, after in pairs:
+        change = after - before
+        weight = float(np.vdot(before, before))
+        ratios.append(math.sqrt(float(np.vdot(change, change)) / weight) if weight > 0 else 0.0)
+    return ratios
 
 
 class SparseGradMonitor(Callback):
@@ -112,6 +131,7 @@ class SparseGradMonitor(Callback):
         self._norm_history = np.full((0, self.alerts.norm_window), np.inf)
         self._norm_count = np.zeros(0, dtype=np.int64)
         self._model_id: int | None = None
+        self._pending: list[_GradientTable] = []   # tables whose update-to-weight ratio step_end logs
 
     # ------------------------------------------------------------ attach
     def attach(self, model: paddle.nn.Layer, lookup_ids: dict[str, np.ndarray] | None = None,
@@ -127,7 +147,7 @@ class SparseGradMonitor(Callback):
         self.coverage_tracker = Coverage()
         self.id_spaces = dict(id_spaces or {})
         self.lookup_ids = dict(lookup_ids or {})
-        self._alerted, self._twins, self._plans = {}, {}, {}
+        self._alerted, self._twins, self._plans, self._pending = {}, {}, {}, []
         self._norm_history = np.full((len(self.tables), self.alerts.norm_window), np.inf)
         self._norm_count = np.zeros(len(self.tables), dtype=np.int64)
 
@@ -163,14 +183,19 @@ class SparseGradMonitor(Callback):
         row gradients: what a static-graph trainer fetched for tables whose rows live on servers)."""
         if self._model_id != id(model):
             self.attach(model)
-        parts, covered, uncovered = self._lookup_parts(lookups or {})
+        lookups = lookups or {}
+        parts, covered, uncovered = self._lookup_parts(lookups)
         log_now = step % self.every_n_steps == 0
         read: list[tuple[int, RowGradients]] = []
+        flat: dict[int, np.ndarray] = {}  # twins given the same ids get the same flat rows
         for index in range(len(self.tables)) if log_now else uncovered:
             table = self.tables[index]
             needs_rows = index in uncovered
+            ids = lookups.get(table.name) if log_now and table.plain else None
+            if ids is not None:
+                ids = flat.setdefault(id(ids), ids.reshape(-1))
             grads = gradients[table.name] if gradients and table.name in gradients else \
-                read_row_gradients(table.layer, with_values=log_now)
+                table.read(with_values=log_now, lookups=ids)
             if grads is None:
                 continue
             if needs_rows:
@@ -199,15 +224,12 @@ class SparseGradMonitor(Callback):
 
     def step_end(self, model: paddle.nn.Layer, step: int) -> None:
         """After the optimizer step: log the update-to-weight ratio of the rows read in ``step``."""
-        scalars = []
-        pending = [table for table in self.tables if table.pending is not None]
-        for table in pending:
-            update = float(np.linalg.norm(current_rows(table.layer, table.pending) - table.before))
-            weight = float(np.linalg.norm(table.before))
-            scalars.append((f"sparse/{table.name}/update_to_weight", update / weight if weight > 0 else 0.0))
-            table.pending = table.before = None
-        if scalars:
-            self._write(scalars, step)
+        pending, self._pending = self._pending, []
+        if pending:
+            ratios = update_ratios([(table.before, current_rows(table, table.rows_read)) for table in pending])
+            self._write([(f"{table.tag}/update_to_weight", ratio) for table, ratio in zip(pending, ratios)], step)
+            for table in pending:
+                table.rows_read = table.before = None
 
     def _write(self, scalars: list[tuple[str, float]], step: int) -> None:
         """One write for the step's scalars when the writer can (BufferedLogWriter), else one by one."""
@@ -304,7 +326,7 @@ class SparseGradMonitor(Callback):
     def _table_figures(self, table: _GradientTable, summary: GradientSummary, step: int) -> list[tuple[str, float]]:
         """One table's scalars of a logged step (its histogram and alerts are written here); keeps the
         rows for the update-to-weight ratio after the optimizer step."""
-        tag = f"sparse/{table.name}"
+        tag = table.tag
         bad = summary.bad_rows
         if bad.size:
             self._alert(table.name, step, "nan_inf", f"{table.name}: {bad.size} rows have NaN/Inf gradients at "
@@ -312,13 +334,13 @@ class SparseGradMonitor(Callback):
         scalars = [(f"{tag}/rows_touched", len(summary.rows)), (f"{tag}/nan_inf_rows", bad.size)]
         if summary.norms.size:
             scalars += [(f"{tag}/grad_norm_mean", summary.mean), (f"{tag}/grad_norm_max", summary.max),
-                        (f"{tag}/grad_norm_p99", summary.percentile(99.0))]
+                        (f"{tag}/grad_norm_p99", summary.p99)]
             every = self.histogram_every_n_steps
             if every and step % every == 0:
                 self.writer.add_histogram(f"{tag}/grad_norm", summary.norms, step, buckets=30)
         if not getattr(table.layer, "remote_rows", False):  # server-held rows cannot be read for the ratio
-            table.pending = summary.rows
-            table.before = current_rows(table.layer, summary.rows)
+            table.rows_read, table.before = summary.rows, current_rows(table, summary.rows)
+            self._pending.append(table)
         return scalars
 
     def _check_spikes(self, step: int, found: list[tuple[int, GradientSummary]]) -> None:

@@ -4,6 +4,8 @@ VisualDL 2.5's own file writer opens and closes the log file for every record an
 a thread (about 55 us a scalar, measured here): per-step monitoring of tens of tables writes hundreds of
 scalars a step. ``BufferedLogWriter`` keeps LogWriter's API and records, and writes them, framed as
 VisualDL frames them, through one buffered file handle flushed every ``flush_secs`` and on ``flush()``.
+A step's scalars are encoded straight into the bytes protobuf gives VisualDL's scalar records (tested
+byte for byte): building a protobuf message per scalar costs more than the rest of a monitored step.
 """
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from visualdl import LogWriter
-from visualdl.component.base_component import scalar
 
 
 class MonitorError(RuntimeError):
@@ -38,6 +39,54 @@ def check_writable(logdir: str | Path) -> None:
         raise _unwritable(logdir, f"no write permission on {ancestor}")
 
 
+_FRAME = struct.Struct("<Q").pack
+_FLOAT = struct.Struct("<f").pack
+
+
+def _float32(value: float) -> bytes:
+    """A float as protobuf stores a float field: values beyond float32's range become +-inf."""
+    try:
+        return _FLOAT(value)
+    except OverflowError:
+        return _FLOAT(float("inf") if value > 0 else float("-inf"))
+
+
+def _varint(value: int) -> bytes:
+    """Protobuf base-128 varint; negative int64 values as their two's complement (ten bytes)."""
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+class ScalarRecords:
+    """Framed VisualDL scalar records (``record_pb2.Record`` holding one ``Value``: id = step, tag,
+    timestamp, float value), encoded without building messages; each tag's bytes are kept."""
+
+    def __init__(self) -> None:
+        self._tags: dict[str, bytes] = {}
+
+    def _tag(self, tag: str) -> bytes:
+        encoded = self._tags.get(tag)
+        if encoded is None:
+            raw = tag.encode()
+            encoded = self._tags[tag] = b"\x12" + _varint(len(raw)) + raw if raw else b""
+        return encoded
+
+    def encode(self, scalars: list[tuple[str, float]], step: int, walltime: int) -> bytes:
+        head = (b"\x08" + _varint(step) if step else b"")
+        stamp = (b"\x18" + _varint(walltime) if walltime else b"")
+        chunks = []
+        for tag, value in scalars:
+            body = b"".join((head, self._tag(tag), stamp, b"\x25", _float32(value)))
+            record = b"\x0a" + _varint(len(body)) + body
+            chunks += (_FRAME(len(record)), record)
+        return b"".join(chunks)
+
+
 class BufferedRecordFile:
     """What LogWriter writes records to: a ``vdlrecords.<time>.log`` file in VisualDL's framing (each
     record's length as a little-endian uint64, then the record), through one buffered handle."""
@@ -57,8 +106,12 @@ class BufferedRecordFile:
         chunks = []
         for record in records:
             data = record.SerializeToString()
-            chunks += (struct.pack("<Q", len(data)), data)
-        self._file.write(b"".join(chunks))
+            chunks += (_FRAME(len(data)), data)
+        self.add_framed(b"".join(chunks))
+
+    def add_framed(self, data: bytes) -> None:
+        """Write records already framed."""
+        self._file.write(data)
         if time.monotonic() >= self._next_flush:
             self.flush()
 
@@ -82,11 +135,12 @@ class BufferedLogWriter(LogWriter):
 
     def __init__(self, logdir: str, flush_secs: float = 10.0, **kwargs: Any) -> None:
         super().__init__(logdir=logdir, flush_secs=flush_secs, **kwargs)
+        self._scalar_records = ScalarRecords()
 
     def add_scalars_of_step(self, scalars: list[tuple[str, float]], step: int) -> None:
         """``add_scalar`` for many tags of one step, written at once (what a monitor logs per step)."""
         walltime = round(time.time() * 1000)
-        self._get_file_writer().add_records([scalar(tag, value, step, walltime) for tag, value in scalars])
+        self._get_file_writer().add_framed(self._scalar_records.encode(scalars, step, walltime))
 
     def _get_file_writer(self) -> BufferedRecordFile:
         if self._file_writer is None:

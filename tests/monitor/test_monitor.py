@@ -33,9 +33,10 @@ class Model(paddle.nn.Layer):
         return (self.users(ids) * weights).sum()
 
 
-def planted_run(tmp_path, steps=12, sparse=True, plant=None, every=1, factor=10.0):
+def planted_run(tmp_path, steps=12, sparse=True, plant=None, every=1, factor=10.0, lookups=None):
     """SGD on rows 1..49 only; returns (model, monitor, logdir). Row gradient of row r at a step is
-    weight x (lookups of r) in every dimension."""
+    weight x (lookups of r) in every dimension. ``lookups(ids)``: the ids passed to the monitor as the
+    table's lookups, as the engine passes a batch's ids."""
     paddle.seed(0)
     model = Model(sparse=sparse)
     optimizer = paddle.optimizer.SGD(0.1, parameters=model.parameters())
@@ -53,7 +54,7 @@ def planted_run(tmp_path, steps=12, sparse=True, plant=None, every=1, factor=10.
             plant(step, ids, weights)
         before = model.users.weight.numpy().copy()
         model(paddle.to_tensor(ids), paddle.to_tensor(weights)).backward()
-        monitor.step(model, step)
+        monitor.step(model, step, None if lookups is None else {"users": lookups(ids)})
         optimizer.step()
         monitor.step_end(model, step)
         optimizer.clear_grad()
@@ -72,8 +73,13 @@ def expected_norms(ids, weights):
     return np.array([np.linalg.norm(g) for g in grads.values()])
 
 
-def test_logged_values_equal_the_planted_gradients(tmp_path):
-    _, monitor, logdir, history = planted_run(tmp_path)
+@pytest.mark.parametrize("lookups, rows_are_lookups", [(None, None), (lambda ids: ids, True),
+                                                      (lambda ids: ids[::-1].copy(), False)],
+                         ids=["rows read", "rows known from the lookups", "lookups in another order"])
+def test_logged_values_equal_the_planted_gradients(tmp_path, lookups, rows_are_lookups):
+    _, monitor, logdir, history = planted_run(tmp_path, lookups=lookups)
+    # the gradient's rows are read back once; the lookups stand in for them only if they were equal
+    assert monitor.tables[0].read.rows_are_lookups is rows_are_lookups
     tags, series = read(logdir)
     assert "sparse/users/grad_norm_max" in tags["scalar"] and "sparse/users/grad_norm" in tags["histogram"]
     for step, (ids, weights, before, after) in enumerate(history, start=1):
@@ -325,3 +331,26 @@ def test_coverage_batches_steps_and_keeps_growth_steps_and_range_errors():
     coverage.update(21, [("a", np.array([2])), ("b", np.array([-1]))])
     with pytest.raises(IndexError, match="b got row -1 at step 21, outside \\[0, 4\\)"):
         coverage.flush()
+    coverage._pending.clear()
+    coverage.update(22, [("b", np.array([2]))])
+    assert coverage.percent("b") == 100.0 and coverage.last_growth_of("b") == 22
+    coverage.update(23, [("b", np.array([0, 1])), ("a", np.array([4]))])
+    assert [indices for _, indices, *_ in coverage._pending] == [(0,)]  # a full table is not marked again
+    assert coverage.percent("a") == pytest.approx(80.0) and coverage.stalled(40, patience=10) == ["a"]
+
+
+def test_scalar_records_are_the_bytes_visualdl_writes():
+    import struct
+
+    from visualdl.component.base_component import scalar
+
+    from paddle_edo.monitor.writer import ScalarRecords
+
+    cases = [("sparse/users/rows_touched", 17, 3, 1764480000123), ("a", 0.0, 0, 0), ("", -2.25, -1, 5),
+             ("nan", float("nan"), 2**40, 1), ("big", 1e39, 7, 9), ("négatif/ü", -1e39, 1, 2)]
+    encoder = ScalarRecords()
+    for tag, value, step, walltime in cases:
+        data = scalar(tag, value, step, walltime).SerializeToString()
+        assert encoder.encode([(tag, value)], step, walltime) == struct.pack("<Q", len(data)) + data, tag
+    both = encoder.encode([(tag, value) for tag, value, *_ in cases[:2]], 4, 8)
+    assert both == encoder.encode([cases[0][:2]], 4, 8) + encoder.encode([cases[1][:2]], 4, 8)
