@@ -19,8 +19,8 @@ def monitors_from_config(config: dict[str, Any], run: str | None = None, memory:
     logdir = Path(section["logdir"] or Path(config["train"]["output_dir"]) / "vdl")
     writer = DeferredLogWriter(logdir / run if run else logdir)
     alerts = AlertSettings(**section["alerts"])
-    monitors: list = [SparseGradMonitor(writer, section["every_n_steps"], alerts,
-                                                section["histogram_every_n_steps"])]
+    monitors: list = [SparseGradMonitor(writer, section["every_n_steps"], alerts, section["histogram_every_n_steps"],
+                                        background=section["background"])]
     if section["memory"] and memory:
         monitors.append(MemoryMonitor(writer, section["memory_every_n_steps"]))
     return monitors

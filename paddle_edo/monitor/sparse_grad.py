@@ -8,11 +8,17 @@ Two kinds of table are watched. Gradient figures belong to the tables that hold 
 composite layer's inner tables: ``embeddings.user.table`` of a hashed field). Coverage belongs to what
 the model looks up: a field's ids when the ids are known (the engine passes each batch's ids, which
 costs nothing on device), else the rows of the gradient tables.
+
+With ``background=True`` (what configs use) the training thread only copies what a logged step needs
+(gradient rows, and the rows before and after the optimizer step); merging, figures, alerts and writing
+run on one worker thread, in step order, while training goes on.
 """
 from __future__ import annotations
 
 import logging
 import math
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +34,7 @@ from .row_gradients import GradientSummary, RowGradientReader, RowGradients, sum
 logger = logging.getLogger("paddle_edo")
 
 SMALL_TABLE_ELEMENTS = 1 << 16  # below this, copying the whole table to the host beats a gather op
+JOBS_IN_FLIGHT = 4              # logged steps the worker may fall behind before training waits for it
 
 
 @dataclass
@@ -48,8 +55,6 @@ class _GradientTable:
     rows: int
     read: RowGradientReader
     tag: str                         # "sparse/<name>"
-    rows_read: np.ndarray | None = None   # rows read at the last logged step, and their values then
-    before: np.ndarray | None = None
 
     @property
     def plain(self) -> bool:
@@ -84,15 +89,25 @@ def gradient_tables(model: paddle.nn.Layer) -> list[_GradientTable]:
     return found
 
 
-def current_rows(table: _GradientTable, rows: np.ndarray) -> np.ndarray:
-    """fp32 values of some rows of a table, on the host (decoded when packed, resident rows of a cache)."""
+def copy_rows(table: _GradientTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """The values the update-to-weight ratio needs, copied to the host now: (values, the rows they hold),
+    or (the whole table, None) when it is small. Packed tables are decoded; a cache gives its
+    resident rows."""
     weight = table.read.weight
     if weight is None:
-        return table.layer.decode_rows(paddle.to_tensor(rows)).numpy()
+        return table.layer.decode_rows(paddle.to_tensor(rows)).numpy(), rows
     shape = weight.shape  # (Tensor.size runs an op; the shape is free)
     if shape[0] * shape[1] <= SMALL_TABLE_ELEMENTS:
-        return weight.numpy()[rows]
-    return paddle.gather(weight.detach(), paddle.to_tensor(rows, place=weight.place)).numpy()
+        return weight.numpy(), None
+    return paddle.gather(weight.detach(), paddle.to_tensor(rows, place=weight.place)).numpy(), rows
+
+
+def positions(held: np.ndarray | None, rows: np.ndarray) -> np.ndarray:
+    """Where each of ``rows`` sits in a copy holding the rows ``held`` (None: the whole table)."""
+    if held is None:
+        return rows
+    order = np.argsort(held, kind="stable")
+    return order[np.searchsorted(held[order], rows)]
 
 
 def update_ratios(pairs: list[tuple[np.ndarray, np.ndarray]]) -> list[float]:
@@ -110,7 +125,7 @@ class SparseGradMonitor(Callback):
     after the optimizer step) that logs every ``every_n_steps`` steps and tracks coverage on every step."""
 
     def __init__(self, writer: Any, every_n_steps: int = 10, alerts: AlertSettings | None = None,
-                 histogram_every_n_steps: int = 100) -> None:
+                 histogram_every_n_steps: int = 100, background: bool = False) -> None:
         for name, value in (("every_n_steps", every_n_steps), ("histogram_every_n_steps", histogram_every_n_steps)):
             if value < 0 or (name == "every_n_steps" and value < 1):
                 raise ValueError(f"SparseGradMonitor: {name} = {value} must be >= 1 (histograms: 0 turns them off)")
@@ -118,6 +133,7 @@ class SparseGradMonitor(Callback):
         self.every_n_steps = every_n_steps
         self.alerts = alerts or AlertSettings()
         self.histogram_every_n_steps = histogram_every_n_steps
+        self.background = background
         self.tables: list[_GradientTable] = []
         self.layers: dict[str, paddle.nn.Layer] = {}
         self.coverage_tracker = Coverage()
@@ -131,7 +147,10 @@ class SparseGradMonitor(Callback):
         self._norm_history = np.full((0, self.alerts.norm_window), np.inf)
         self._norm_count = np.zeros(0, dtype=np.int64)
         self._model_id: int | None = None
-        self._pending: list[_GradientTable] = []   # tables whose update-to-weight ratio step_end logs
+        self._copies: list[tuple[int, np.ndarray, np.ndarray | None, np.ndarray]] = []  # for step_end
+        self._rows_read: dict[int, np.ndarray] = {}  # worker side: each table's rows at the logged step
+        self._worker: ThreadPoolExecutor | None = None
+        self._jobs: deque[Future] = deque()
 
     # ------------------------------------------------------------ attach
     def attach(self, model: paddle.nn.Layer, lookup_ids: dict[str, np.ndarray] | None = None,
@@ -139,6 +158,7 @@ class SparseGradMonitor(Callback):
         """Find the model's tables. ``lookup_ids`` (table name -> ids of evaluation data) enables the
         share-of-lookups figure for rows never updated; ``id_spaces`` (table name -> number of ids) lets
         coverage count the ids of a layer that takes any id (hashing), which has no vocabulary itself."""
+        self.wait()
         self._model_id = id(model)
         self.tables = gradient_tables(model)
         self.layers = {name: layer for name, layer in model.named_sublayers(include_self=True) if is_table(layer)}
@@ -147,7 +167,7 @@ class SparseGradMonitor(Callback):
         self.coverage_tracker = Coverage()
         self.id_spaces = dict(id_spaces or {})
         self.lookup_ids = dict(lookup_ids or {})
-        self._alerted, self._twins, self._plans, self._pending = {}, {}, {}, []
+        self._alerted, self._twins, self._plans, self._copies, self._rows_read = {}, {}, {}, [], {}
         self._norm_history = np.full((len(self.tables), self.alerts.norm_window), np.inf)
         self._norm_count = np.zeros(len(self.tables), dtype=np.int64)
 
@@ -171,7 +191,25 @@ class SparseGradMonitor(Callback):
         self.log_never_updated(engine.global_step)
 
     def on_train_end(self, engine, logs: dict[str, float]) -> None:
+        self.wait()
         self.writer.flush()
+
+    # ------------------------------------------------------------ worker
+    def _run(self, job, *args) -> None:
+        """Run a job now, or queue it for the worker thread (jobs run in the order given)."""
+        if not self.background:
+            job(*args)
+            return
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="SparseGradMonitor")
+        while self._jobs and (self._jobs[0].done() or len(self._jobs) >= JOBS_IN_FLIGHT):
+            self._jobs.popleft().result()  # raises here what failed on the worker
+        self._jobs.append(self._worker.submit(job, *args))
+
+    def wait(self) -> None:
+        """Block until every queued figure is computed and written; raises what failed on the worker."""
+        while self._jobs:
+            self._jobs.popleft().result()
 
     def step(self, model: paddle.nn.Layer, step: int, lookups: dict[str, np.ndarray] | None = None,
              gradients: dict[str, RowGradients] | None = None) -> None:
@@ -187,49 +225,68 @@ class SparseGradMonitor(Callback):
         parts, covered, uncovered = self._lookup_parts(lookups)
         log_now = step % self.every_n_steps == 0
         read: list[tuple[int, RowGradients]] = []
-        flat: dict[int, np.ndarray] = {}  # twins given the same ids get the same flat rows
+        flat: dict[int, np.ndarray] = {}  # twins given the same ids share one flat copy (the worker reads it)
         for index in range(len(self.tables)) if log_now else uncovered:
             table = self.tables[index]
-            needs_rows = index in uncovered
             ids = lookups.get(table.name) if log_now and table.plain else None
             if ids is not None:
-                ids = flat.setdefault(id(ids), ids.reshape(-1))
+                ids = flat.setdefault(id(ids), ids.ravel().copy())
             grads = gradients[table.name] if gradients and table.name in gradients else \
                 table.read(with_values=log_now, lookups=ids)
             if grads is None:
                 continue
-            if needs_rows:
+            if index in uncovered:
                 self._coverage_space(table.name, table.rows, table.padding_idx)
                 parts.append((table.name, grads.rows))
             if not grads.sparse:
-                self._alert(table.name, step, "dense_gradient",
-                            f"{table.name}: the gradient is dense ([{table.rows}, D]) where a sparse row "
-                            f"gradient was expected; build the table with sparse=True", self.alerts.dense_gradient)
+                self._run(self._alert, table.name, step, "dense_gradient",
+                          f"{table.name}: the gradient is dense ([{table.rows}, D]) where a sparse row "
+                          f"gradient was expected; build the table with sparse=True", self.alerts.dense_gradient)
             if log_now:
                 read.append((index, grads))
         self.coverage_tracker.update(step, parts)
         if not log_now:
             return
-        for name in self.coverage_tracker.stalled(step, self.alerts.coverage_patience):
+        stalled = [(name, step - self.coverage_tracker.last_growth_of(name), self.coverage(name))
+                   for name in self.coverage_tracker.stalled(step, self.alerts.coverage_patience)]
+        coverage = [(f"sparse/{name}/coverage_pct", self.coverage(name)) for name in self.coverage_tracker.tracked]
+        self._copies = [(index, *copy_rows(self.tables[index], grads.rows), grads.rows) for index, grads in read
+                        if not getattr(self.tables[index].layer, "remote_rows", False)]  # server rows: no ratio
+        self._run(self._log_gradients, step, read, coverage, stalled)
+
+    def _log_gradients(self, step: int, read: list[tuple[int, RowGradients]], coverage: list[tuple[str, float]],
+                       stalled: list[tuple[str, int, float]]) -> None:
+        """A logged step's figures, alerts and histograms, from the rows read (on the worker, if any)."""
+        for name, idle, percent in stalled:
             self._alert(name, step, "coverage_stalled",
-                        f"{name}: no new row updated for {step - self.coverage_tracker.last_growth_of(name)} steps; "
-                        f"coverage stays at {self.coverage(name):.2f}%", True)
-        scalars = [(f"sparse/{name}/coverage_pct", self.coverage(name)) for name in self.coverage_tracker.tracked]
+                        f"{name}: no new row updated for {idle} steps; coverage stays at {percent:.2f}%", True)
         summaries = summarize([(grads, self.tables[index].padding_idx) for index, grads in read])
         self._check_spikes(step, [(index, s) for (index, _), s in zip(read, summaries) if s is not None])
+        scalars = coverage
         for (index, _), summary in zip(read, summaries):
             if summary is not None:
                 scalars += self._table_figures(self.tables[index], summary, step)
+                self._rows_read[index] = summary.rows
         self._write(scalars, step)
 
     def step_end(self, model: paddle.nn.Layer, step: int) -> None:
         """After the optimizer step: log the update-to-weight ratio of the rows read in ``step``."""
-        pending, self._pending = self._pending, []
-        if pending:
-            ratios = update_ratios([(table.before, current_rows(table, table.rows_read)) for table in pending])
-            self._write([(f"{table.tag}/update_to_weight", ratio) for table, ratio in zip(pending, ratios)], step)
-            for table in pending:
-                table.rows_read = table.before = None
+        copies, self._copies = self._copies, []
+        if copies:
+            after = [copy_rows(self.tables[index], rows)[0] for index, _, _, rows in copies]
+            self._run(self._log_update_ratios, step, copies, after)
+
+    def _log_update_ratios(self, step: int, copies: list[tuple[int, np.ndarray, np.ndarray | None, np.ndarray]],
+                           after: list[np.ndarray]) -> None:
+        """The update-to-weight ratio of each table over the rows it updated (padding left out)."""
+        pairs, tags = [], []
+        for (index, before, held, _), now in zip(copies, after):
+            rows = self._rows_read.pop(index, None)
+            if rows is not None:  # None: only padding rows were looked up
+                at = positions(held, rows)
+                pairs.append((before[at], now[at]))
+                tags.append(self.tables[index].tag)
+        self._write([(f"{tag}/update_to_weight", ratio) for tag, ratio in zip(tags, update_ratios(pairs))], step)
 
     def _write(self, scalars: list[tuple[str, float]], step: int) -> None:
         """One write for the step's scalars when the writer can (BufferedLogWriter), else one by one."""
@@ -324,8 +381,7 @@ class SparseGradMonitor(Callback):
         self._write(scalars, step)
 
     def _table_figures(self, table: _GradientTable, summary: GradientSummary, step: int) -> list[tuple[str, float]]:
-        """One table's scalars of a logged step (its histogram and alerts are written here); keeps the
-        rows for the update-to-weight ratio after the optimizer step."""
+        """One table's scalars of a logged step (its histogram and alerts are written here)."""
         tag = table.tag
         bad = summary.bad_rows
         if bad.size:
@@ -338,9 +394,6 @@ class SparseGradMonitor(Callback):
             every = self.histogram_every_n_steps
             if every and step % every == 0:
                 self.writer.add_histogram(f"{tag}/grad_norm", summary.norms, step, buckets=30)
-        if not getattr(table.layer, "remote_rows", False):  # server-held rows cannot be read for the ratio
-            table.rows_read, table.before = summary.rows, current_rows(table, summary.rows)
-            self._pending.append(table)
         return scalars
 
     def _check_spikes(self, step: int, found: list[tuple[int, GradientSummary]]) -> None:

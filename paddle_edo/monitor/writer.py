@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import struct
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -131,7 +132,9 @@ class BufferedRecordFile:
 
 
 class BufferedLogWriter(LogWriter):
-    """visualdl.LogWriter whose records go through a BufferedRecordFile (flushed every ``flush_secs``)."""
+    """visualdl.LogWriter whose records go through a BufferedRecordFile (flushed every ``flush_secs``),
+    opened by LogWriter's constructor. Threads may share it: each call's records reach the file in one
+    write."""
 
     def __init__(self, logdir: str, flush_secs: float = 10.0, **kwargs: Any) -> None:
         super().__init__(logdir=logdir, flush_secs=flush_secs, **kwargs)
@@ -171,10 +174,13 @@ class DeferredLogWriter:
         check_writable(logdir)
         self.logdir = Path(logdir)
         self._writer = None
+        self._opening = threading.Lock()  # the monitors' worker thread and the training thread share it
 
     def __getattr__(self, name: str) -> Any:
         if self._writer is None:
-            self._writer = open_log_writer(self.logdir)
+            with self._opening:
+                if self._writer is None:
+                    self._writer = open_log_writer(self.logdir)
         method = getattr(self._writer, name)
         setattr(self, name, method)  # later calls skip this lookup
         return method

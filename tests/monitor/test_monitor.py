@@ -33,7 +33,7 @@ class Model(paddle.nn.Layer):
         return (self.users(ids) * weights).sum()
 
 
-def planted_run(tmp_path, steps=12, sparse=True, plant=None, every=1, factor=10.0, lookups=None):
+def planted_run(tmp_path, steps=12, sparse=True, plant=None, every=1, factor=10.0, lookups=None, background=False):
     """SGD on rows 1..49 only; returns (model, monitor, logdir). Row gradient of row r at a step is
     weight x (lookups of r) in every dimension. ``lookups(ids)``: the ids passed to the monitor as the
     table's lookups, as the engine passes a batch's ids."""
@@ -43,7 +43,7 @@ def planted_run(tmp_path, steps=12, sparse=True, plant=None, every=1, factor=10.
     logdir = tmp_path / "vdl"
     writer = open_log_writer(logdir)
     monitor = SparseGradMonitor(writer, every_n_steps=every, alerts=AlertSettings(norm_factor=factor),
-                                histogram_every_n_steps=4)
+                                histogram_every_n_steps=4, background=background)
     rng = np.random.default_rng(0)
     history = []
     for step in range(1, steps + 1):
@@ -61,6 +61,7 @@ def planted_run(tmp_path, steps=12, sparse=True, plant=None, every=1, factor=10.
         history.append((ids, weights, before, model.users.weight.numpy().copy()))
     monitor.lookup_ids = {"users": np.arange(100)}  # every row once, padding excluded by the monitor
     monitor.log_never_updated(steps)
+    monitor.wait()
     writer.close()
     return model, monitor, logdir, history
 
@@ -73,11 +74,12 @@ def expected_norms(ids, weights):
     return np.array([np.linalg.norm(g) for g in grads.values()])
 
 
-@pytest.mark.parametrize("lookups, rows_are_lookups", [(None, None), (lambda ids: ids, True),
-                                                      (lambda ids: ids[::-1].copy(), False)],
-                         ids=["rows read", "rows known from the lookups", "lookups in another order"])
-def test_logged_values_equal_the_planted_gradients(tmp_path, lookups, rows_are_lookups):
-    _, monitor, logdir, history = planted_run(tmp_path, lookups=lookups)
+@pytest.mark.parametrize("lookups, rows_are_lookups, background", [
+    (None, None, False), (lambda ids: ids, True, False), (lambda ids: ids[::-1].copy(), False, False),
+    (lambda ids: ids, True, True)],
+    ids=["rows read", "rows known from the lookups", "lookups in another order", "on the worker thread"])
+def test_logged_values_equal_the_planted_gradients(tmp_path, lookups, rows_are_lookups, background):
+    _, monitor, logdir, history = planted_run(tmp_path, lookups=lookups, background=background)
     # the gradient's rows are read back once; the lookups stand in for them only if they were equal
     assert monitor.tables[0].read.rows_are_lookups is rows_are_lookups
     tags, series = read(logdir)
@@ -112,7 +114,8 @@ def test_planted_cold_rows_coverage_and_lookup_share(tmp_path):
         100.0 * cold / 99, rel=1e-6)
 
 
-def test_planted_nan_and_exploding_rows_raise_alerts(tmp_path):
+@pytest.mark.parametrize("background", [False, True], ids=["inline", "on the worker thread"])
+def test_planted_nan_and_exploding_rows_raise_alerts(tmp_path, background):
     def plant(step, ids, weights):
         if step == 4:
             ids[1, 1] = 7
@@ -121,7 +124,7 @@ def test_planted_nan_and_exploding_rows_raise_alerts(tmp_path):
             ids[2, 0] = 11
             weights[2, 0] = 500.0
 
-    _, monitor, logdir, _ = planted_run(tmp_path, plant=plant)
+    _, monitor, logdir, _ = planted_run(tmp_path, plant=plant, background=background)
     kinds = [(step, kind) for step, kind, _ in monitor.alert_log]
     assert (4, "nan_inf") in kinds and (9, "norm_spike") in kinds
     assert all(kind != "norm_spike" or step == 9 for step, kind in kinds)
