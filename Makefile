@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt setup.py | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup data demo test clean
+.PHONY: setup data kernels demo test clean
 
 $(STAMP): requirements.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -20,10 +20,13 @@ data: $(STAMP)
 	$(PY) tools/get_data.py movielens
 	$(PY) tools/get_data.py chnsenti
 
-demo: data
+kernels: $(STAMP)
+	$(PY) -m paddle_edo.kernels
+
+demo: data kernels
 	$(PY) tools/train.py -c configs/movielens_dense.yaml
 
-test: data
+test: data kernels
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
 
 clean:

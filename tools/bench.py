@@ -179,7 +179,10 @@ def shared_benchmark(data: list[str] | None = None, names: set[str] | None = Non
 
 
 def shared_lookup_benchmark(rows: int, dim: int, batch: int, fields: int, alpha: float, repeats: int) -> dict:
-    """Lookup time of each row-sharing layer against paddle.nn.Embedding fp32 on the same Zipf ids."""
+    """Lookup time of each row-sharing layer against paddle.nn.Embedding fp32 on the same Zipf ids, in
+    two modes side by side: forward passes that need no gradient (evaluation, serving: the fused kernels
+    on the CPU) and forward passes recorded for training (composite ops, sparse row gradients)."""
+    from paddle_edo.kernels import fused_ops
     from paddle_edo.nn import ClusteredEmbedding, HashEmbedding, MixedDimEmbedding, QREmbedding
 
     paddle.seed(0)
@@ -187,18 +190,26 @@ def shared_lookup_benchmark(rows: int, dim: int, batch: int, fields: int, alpha:
     frequencies = np.arange(1, rows + 1, dtype=np.float64) ** -alpha  # ids ranked by their Zipf rank
     shared_rows = rows // 100
     mapping = np.random.default_rng(1).integers(0, shared_rows, rows)
-    layers = {"fp32": paddle.nn.Embedding(rows, dim),
+    layers = {"fp32": paddle.nn.Embedding(rows, dim, sparse=True),
               "hash (rows/10, 2 hashes)": HashEmbedding(rows // 10, dim),
               "qr (m = sqrt(N))": QREmbedding(rows, dim, int(np.sqrt(rows))),
               "mixed_dim (4 blocks)": MixedDimEmbedding(rows, dim, frequencies),
               "clustered (rows/100)": ClusteredEmbedding(rows, dim, mapping,
                                                          np.zeros((shared_rows, dim), np.float32))}
-    for layer in layers.values():
-        layer.eval()
     sync = paddle.device.synchronize if gpu_available() else None
-    ms = side_by_side({name: (lambda layer=layer: layer(ids)) for name, layer in layers.items()}, repeats, sync=sync)
+
+    def without_gradient(layer):
+        with paddle.no_grad():
+            return layer(ids)
+
+    ms = {"no gradient": side_by_side({name: (lambda layer=layer: without_gradient(layer))
+                                       for name, layer in layers.items()}, repeats, sync=sync),
+          "training": side_by_side({name: (lambda layer=layer: layer(ids)) for name, layer in layers.items()},
+                                   repeats, sync=sync)}
     return {"settings": {"rows": rows, "dim": dim, "ids": [batch, fields], "zipf_alpha": alpha, "repeats": repeats,
-                         "malloc": MALLOC}, "ms": ms, "speed_vs_fp32": {k: ms["fp32"] / v for k, v in ms.items()}}
+                         "malloc": MALLOC, "fused_kernels": fused_ops() is not None and not gpu_available()},
+            "ms": ms, "speed_vs_fp32": {mode: {k: times["fp32"] / v for k, v in times.items()}
+                                        for mode, times in ms.items()}}
 
 
 def plot_pareto(results: list[dict], path: Path, title: str) -> None:
@@ -317,7 +328,8 @@ def monitor_benchmark(repeats: int) -> dict:
                 "every 100 steps": ["monitor.enable=true", "monitor.every_n_steps=100"],
                 "every 10 steps": ["monitor.enable=true", "monitor.every_n_steps=10"],
                 "every step": ["monitor.enable=true", "monitor.every_n_steps=1"],
-                "every 10 steps, inline": ["monitor.enable=true", "monitor.every_n_steps=10", "monitor.background=false"],
+                "every 10 steps, inline": ["monitor.enable=true", "monitor.every_n_steps=10",
+                                           "monitor.background=false"],
                 "every step, inline": ["monitor.enable=true", "monitor.every_n_steps=1", "monitor.background=false"]}
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     inside: dict[str, list[float]] = {name: [] for name in variants}
@@ -410,8 +422,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "shared" and args.data == "lookups":
         result = shared_lookup_benchmark(1_000_000, 64, 4096, 26, 1.05, 15)
         (out / "shared_lookups.json").write_text(json.dumps(result, indent=2))
-        for name, ms in result["ms"].items():
-            print(f"| {name} | {ms:.2f} ms | {result['speed_vs_fp32'][name]:.2f}x |")
+        print(f"fused kernels: {result['settings']['fused_kernels']}")
+        print("| layer | no gradient | vs fp32 | training forward | vs fp32 |")
+        for name, ms in result["ms"]["no gradient"].items():
+            training = result["ms"]["training"][name]
+            print(f"| {name} | {ms:.2f} ms | {result['speed_vs_fp32']['no gradient'][name]:.2f}x | "
+                  f"{training:.2f} ms | {result['speed_vs_fp32']['training'][name]:.2f}x |")
         return 0
     if args.what == "shared":
         synthetic = args.data == "synthetic"

@@ -77,7 +77,8 @@ class Coverage:
         rows are all marked are skipped: they cannot grow (small-vocabulary fields fill in a few steps), and
         their ids are no longer range-checked (the lookup itself refuses rows outside a table)."""
         full = self._full
-        parts = [(index, rows) for index, rows in ((self._index[name], rows) for name, rows in parts) if not full[index]]
+        parts = [(index, rows) for index, rows in ((self._index[name], rows) for name, rows in parts)
+                 if not full[index]]
         if not parts:
             return
         indices = tuple(index for index, _ in parts)

@@ -6,6 +6,7 @@ from typing import Sequence
 import numpy as np
 import paddle
 
+from ..kernels import can_fuse, fused_ops
 from ..schema import Option
 from .base import CompositeEmbedding
 from .dense import DenseEmbedding
@@ -71,6 +72,21 @@ class MixedDimEmbedding(CompositeEmbedding):
     def tables(self):
         return list(self.blocks)
 
+    def _fusable(self, ids: paddle.Tensor) -> bool:
+        """Plain fp32 blocks and projections, and a forward pass the fused kernel may serve."""
+        if not all(type(b) is DenseEmbedding for b in self.blocks):
+            return False
+        linear = [p.weight for p in self.projections if isinstance(p, paddle.nn.Linear)]
+        return can_fuse(ids, *(b.weight for b in self.blocks), *linear)
+
+    def _fused_lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
+        """The fused CPU kernel; an empty projection stands for a block already embedding_dim wide."""
+        none = paddle.zeros([0, self.embedding_dim], dtype="float32")
+        projections = [p.weight if isinstance(p, paddle.nn.Linear) else none for p in self.projections]
+        return fused_ops().edo_mixed_dim_lookup(ids.astype("int64"), self.rank, self.block_starts,
+                                                [b.weight for b in self.blocks], projections, self.embedding_dim,
+                                                self.padding_idx is not None, self.padding_idx or 0)
+
     @classmethod
     def from_config(cls, num_embeddings, options, padding_idx=None, frequencies=None):
         if frequencies is None:
@@ -83,6 +99,8 @@ class MixedDimEmbedding(CompositeEmbedding):
         one pass over the lookups instead of one per block (padding ids belong to no block: zeros). A
         scratch position past the end, read from each block's zero row, keeps every block's index
         non-empty (dynamic shapes: the same program serves batches where a block gets no id)."""
+        if self._fusable(ids):
+            return self._fused_lookup(ids)
         flat = ids.flatten()
         rank = paddle.gather(self.rank, flat).astype("int32")
         block_of = paddle.searchsorted(self.block_starts, rank, right=True) - 1

@@ -4,12 +4,15 @@ from __future__ import annotations
 import numpy as np
 import paddle
 
+from ..kernels import can_fuse, fused_ops
 from ..schema import ConfigError, Option
 from .base import CompositeEmbedding
 from .dense import DenseEmbedding
 from .registry import register_embedding
 
 _SHIFT = 2**32  # (a x + b) // 2^32: the high 32 bits of the 64-bit product
+COMBINES = ("sum", "mean", "concat")     # HashEmbedding's, in the fused kernel's numbering
+OPERATIONS = ("mult", "add", "concat")   # QREmbedding's, likewise
 
 
 def hash_coefficients(num_hashes: int, seed: int) -> np.ndarray:
@@ -63,14 +66,14 @@ class HashEmbedding(CompositeEmbedding):
         "num_buckets": Option(None, int, low=1, nullable=True, doc="rows of the shared table (default: by fraction)"),
         "bucket_fraction": Option(0.1, float, low=1e-9, high=1.0, doc="num_buckets = fraction x rows when unset"),
         "num_hashes": Option(2, int, low=1, high=8),
-        "combine": Option("sum", str, choices=("sum", "mean", "concat")),
+        "combine": Option("sum", str, choices=COMBINES),
         "seed": Option(0, int, low=0),
     }
 
     def __init__(self, num_buckets: int, embedding_dim: int, num_hashes: int = 2, combine: str = "sum",
                  padding_idx: int | None = None, sparse: bool = True, seed: int = 0, init_std: float = 0.01) -> None:
         name = type(self).__name__
-        if combine not in ("sum", "mean", "concat"):
+        if combine not in COMBINES:
             raise ValueError(f"{name}: combine = {combine!r}; expected 'sum', 'mean' or 'concat'")
         if isinstance(num_hashes, bool) or not isinstance(num_hashes, int) or num_hashes < 1:
             raise ValueError(f"{name}: num_hashes = {num_hashes!r} must be an integer >= 1")
@@ -105,6 +108,10 @@ class HashEmbedding(CompositeEmbedding):
         return paddle.remainder(mixed // _SHIFT, self.buckets)  # 2^32 is exact even as a float32 constant
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
+        if type(self.table) is DenseEmbedding and can_fuse(ids, self.table.weight):
+            return fused_ops().edo_hash_lookup(ids.astype("int64"), self.coefficients, self.table.weight,
+                                               self.table.num_embeddings, COMBINES.index(self.combine),
+                                               self.padding_idx is not None, self.padding_idx or 0)
         buckets = self.bucket_ids(ids)
         if self.combine == "concat":
             out = self.table(buckets).flatten(start_axis=-2)
@@ -125,7 +132,7 @@ class QREmbedding(CompositeEmbedding):
 
     config_options = {
         "num_collisions": Option(None, int, low=1, nullable=True, doc="m; default: ceil(sqrt(rows))"),
-        "operation": Option("mult", str, choices=("mult", "add", "concat")),
+        "operation": Option("mult", str, choices=OPERATIONS),
     }
 
     def __init__(self, num_embeddings: int, embedding_dim: int, num_collisions: int = 4, operation: str = "mult",
@@ -133,7 +140,7 @@ class QREmbedding(CompositeEmbedding):
         name = type(self).__name__
         if isinstance(num_collisions, bool) or not isinstance(num_collisions, int) or num_collisions < 1:
             raise ValueError(f"{name}: num_collisions = {num_collisions!r} must be an integer >= 1")
-        if operation not in ("mult", "add", "concat"):
+        if operation not in OPERATIONS:
             raise ValueError(f"{name}: operation = {operation!r}; expected 'mult', 'add' or 'concat'")
         if operation == "concat" and embedding_dim % 2:
             raise ValueError(f"{name}: operation 'concat' needs an even embedding_dim, got {embedding_dim}")
@@ -158,6 +165,11 @@ class QREmbedding(CompositeEmbedding):
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
         ids = ids.astype("int64")
+        tables = (self.quotient, self.remainder)
+        if all(type(t) is DenseEmbedding for t in tables) and can_fuse(ids, *(t.weight for t in tables)):
+            return fused_ops().edo_qr_lookup(ids, self.quotient.weight, self.remainder.weight, self.num_collisions,
+                                             OPERATIONS.index(self.operation), self.padding_idx is not None,
+                                             self.padding_idx or 0)
         q, r = self.quotient(ids // self.collisions), self.remainder(paddle.remainder(ids, self.collisions))
         if self.operation == "mult":
             out = q * r

@@ -213,3 +213,67 @@ def test_clustered_from_config_trains_full_then_packs_at_the_end(tmp_path):
     assert table.packed and table.table.num_embeddings == 10 + 50 + 1  # kept + clusters + padding row
     assert engine.memory_report().held_bytes < full_bytes
     assert "test_auc_before_packing" in results and results["test_auc"] > 0.6
+
+
+@pytest.mark.parametrize("make", [
+    lambda: QREmbedding(5000, 8, num_collisions=70, operation="mult", padding_idx=3),
+    lambda: QREmbedding(5000, 8, num_collisions=70, operation="add"),
+    lambda: QREmbedding(5000, 8, num_collisions=70, operation="concat"),
+    lambda: HashEmbedding(500, 8, num_hashes=2, combine="sum", padding_idx=5),
+    lambda: HashEmbedding(500, 8, num_hashes=3, combine="mean"),
+    lambda: HashEmbedding(500, 8, num_hashes=2, combine="concat", padding_idx=-7),
+    lambda: MixedDimEmbedding(5000, 16, np.random.default_rng(1).random(5000), padding_idx=0),
+    lambda: MixedDimEmbedding(5000, 16, np.random.default_rng(1).random(5000), num_blocks=3, min_dim=16)],
+    ids=["qr-mult", "qr-add", "qr-concat", "hash-sum", "hash-mean", "hash-concat", "mixed", "mixed-full-width"])
+def test_fused_lookups_equal_the_composite_ops(make, monkeypatch):
+    """Forward passes without gradient take the fused CPU kernel; training passes and static programs
+    take Paddle's composite ops; all give the same vectors."""
+    import paddle_edo.kernels
+    import paddle_edo.nn.mixed_dim
+    import paddle_edo.nn.shared
+
+    assert paddle_edo.kernels.fused_ops() is not None  # built by `make test` (a C++ compiler is at hand)
+    calls = []
+
+    def counted():
+        calls.append(1)
+        return paddle_edo.kernels.fused_ops()
+    for module in (paddle_edo.nn.shared, paddle_edo.nn.mixed_dim):
+        monkeypatch.setattr(module, "fused_ops", counted)
+    layer = make()
+    layer.eval()
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 5000, (1024, 7)).astype(np.int64)  # enough lookups for the kernels' threads
+    ids[0, :3] = [3, 5, 0]  # the padding ids of some layers
+    if isinstance(layer, HashEmbedding):
+        ids[1, :3] = [-7, -(2**62), 2**62]  # any int64 is an id
+    training = layer(paddle.to_tensor(ids))
+    assert not calls and not training.stop_gradient  # composite: the gradient flows
+    with paddle.no_grad():
+        fused = layer(paddle.to_tensor(ids)).numpy()
+        static = paddle.jit.to_static(layer, full_graph=True)(paddle.to_tensor(ids)).numpy()
+    assert len(calls) == 1
+    np.testing.assert_array_equal(fused, training.numpy())
+    np.testing.assert_array_equal(fused, static)
+    if layer.padding_idx is not None:
+        assert not fused[ids == layer.padding_idx].any()
+    packed = make()
+    quantize(packed, "int8")  # packed inner tables: composite ops again
+    packed.eval()
+    with paddle.no_grad():
+        packed(paddle.to_tensor(ids))
+    assert len(calls) == 1 and any(isinstance(t, QuantizedEmbedding) for t in packed.sublayers())
+
+
+def test_fused_kernels_refuse_ids_outside_the_tables():
+    from paddle_edo.kernels import fused_ops
+
+    q, r = paddle.zeros([10, 4]), paddle.zeros([7, 4])
+    with pytest.raises(Exception, match="id 70 is outside the QR tables"):
+        fused_ops().edo_qr_lookup(paddle.to_tensor([1, 70], dtype="int64"), q, r, 7, 0, False, 0)
+    layer = MixedDimEmbedding(100, 8, np.ones(100))
+    tables = [b.weight for b in layer.blocks]
+    projections = [p.weight if isinstance(p, paddle.nn.Linear) else paddle.zeros([0, 8]) for p in layer.projections]
+    with pytest.raises(Exception, match="id -1 is outside \\[0, 100\\)"):
+        fused_ops().edo_mixed_dim_lookup(paddle.to_tensor([-1], dtype="int64"), layer.rank, layer.block_starts,
+                                         tables, projections, 8, False, 0)
