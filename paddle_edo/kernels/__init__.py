@@ -6,8 +6,8 @@ pass on the CPU that needs no gradient (evaluation, serving) takes the fused ker
 each output row, where the composite ops write the whole output once per gather and once per combine.
 
 The extension is compiled at first use (about 20 s, once per machine and version of this source: it
-is kept under ~/.cache/paddle_extensions) and needs a C++ compiler; without one, or with PADDLE_EDO_FUSED_KERNELS=0,
-every layer keeps its composite path.
+is kept under ~/.cache/paddle_extensions) and needs a C++ compiler; without one, or with
+PADDLE_EDO_FUSED_KERNELS=0, every layer keeps its composite path.
 """
 from __future__ import annotations
 

@@ -277,3 +277,27 @@ def test_fused_kernels_refuse_ids_outside_the_tables():
     with pytest.raises(Exception, match="id -1 is outside \\[0, 100\\)"):
         fused_ops().edo_mixed_dim_lookup(paddle.to_tensor([-1], dtype="int64"), layer.rank, layer.block_starts,
                                          tables, projections, 8, False, 0)
+
+
+def test_without_the_kernels_the_composite_ops_serve(tmp_path, monkeypatch, caplog):
+    import paddle_edo.kernels as kernels
+
+    layer = QREmbedding(100, 4, num_collisions=10, padding_idx=0)
+    layer.eval()
+    ids = paddle.arange(100)
+    expected = layer(ids).numpy()  # gradient on: composite ops
+    monkeypatch.setattr(kernels, "_loaded", {})
+    monkeypatch.setenv("PADDLE_EDO_FUSED_KERNELS", "0")
+    assert kernels.fused_ops() is None
+    with paddle.no_grad():
+        np.testing.assert_array_equal(layer(ids).numpy(), expected)
+    monkeypatch.setattr(kernels, "_loaded", {})
+    monkeypatch.delenv("PADDLE_EDO_FUSED_KERNELS")
+    broken = tmp_path / "lookups.cc"
+    broken.write_text("this is not C++\n")
+    monkeypatch.setattr(kernels, "SOURCE", broken)
+    monkeypatch.setenv("PADDLE_EXTENSION_DIR", str(tmp_path / "build"))
+    assert kernels.fused_ops() is None
+    assert "the fused lookup kernels could not be built" in caplog.text
+    with paddle.no_grad():
+        np.testing.assert_array_equal(layer(ids).numpy(), expected)
