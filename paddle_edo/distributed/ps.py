@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import threading
 import time
 from pathlib import Path
@@ -165,6 +166,7 @@ class PSJob:
     # ------------------------------------------------------------ run
     def run(self) -> dict[str, float] | None:
         if self.fleet.is_server():
+            check_listenable(self.fleet.server_endpoints()[self.fleet.server_index()], self.role)
             self.fleet.init_server()
             logger.info("%s: serving", self.role)
             self.fleet.run_server()  # returns when trainer 0 stops the servers
@@ -392,6 +394,24 @@ def _exit_after(seconds: int, role: str) -> None:
 
 
 FINISHED = "paddle_edo: finished as"  # the last line of every process that ended normally (tools/launch.py)
+
+
+class ServerStartError(RuntimeError):
+    """A parameter server cannot serve on the endpoint the launcher gave it."""
+
+
+def check_listenable(endpoint: str, role: str) -> None:
+    """Refuse to start a server on a port another process holds (bound as brpc binds it). brpc would only
+    log 'Fail to listen' and return, and the trainers would wait for the server until the job's timeout;
+    a server that fails makes the launcher stop the job at once."""
+    host, port = endpoint.rsplit(":", 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, int(port)))
+        except OSError as exc:
+            raise ServerStartError(f"{role}: cannot listen on {endpoint} ({exc.strerror}): another process holds "
+                                   f"the port the launcher chose; start the job again") from None
 
 
 def run_ps(config: dict[str, Any]) -> dict[str, float] | None:
