@@ -51,7 +51,7 @@ class Coverage:
         new = self._index[name]
         self.flags[self.starts[new]:] = self.flags[start:start + size]
         self.counts[new], self.last_growth[new] = self.counts[index], self.last_growth[index]
-        self._full = (self.counts >= self.capacity).tolist()
+        self._mark_full()
 
     def add(self, name: str, rows: int, padding_idx: int | None = None) -> None:
         """Track a table of ``rows`` rows; its padding row, if any, counts as neither updated nor cold."""
@@ -69,7 +69,11 @@ class Coverage:
         self.counts = np.append(self.counts, 0)
         self.capacity = np.append(self.capacity, rows - (padding_idx is not None))
         self.last_growth = np.append(self.last_growth, 0)
-        self._full.append(bool(self.capacity[-1] == 0))
+        self._mark_full()
+
+    def _mark_full(self) -> None:
+        """Note which tables have every row marked (a list: read per table on every step)."""
+        self._full = (self.counts >= self.capacity).tolist()
 
     def update(self, step: int, parts: list[tuple[str, np.ndarray]]) -> None:
         """Mark the rows each named table updated (or looked up) at ``step``. Steps are gathered (copied)
@@ -109,7 +113,7 @@ class Coverage:
         self.flags[new_keys] = True
         owners = np.searchsorted(self._starts, new_keys, side="right") - 1
         self.counts += np.bincount(owners, minlength=len(self.names))
-        self._full = (self.counts >= self.capacity).tolist()
+        self._mark_full()
         steps = np.repeat([step for step, *_ in pending], [r.size for *_, r in pending])[fresh[first]]
         np.maximum.at(self.last_growth, owners, steps)
 
