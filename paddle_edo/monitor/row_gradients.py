@@ -63,11 +63,14 @@ class RowGradientReader:
             return None
         if grad.is_selected_rows():
             values = grad._get_tensor_from_selected_rows()
+            rows = None
             if lookups is not None and self.rows_are_lookups is not False and values.shape[0] == lookups.size:
                 if self.rows_are_lookups is None:
-                    self.rows_are_lookups = bool(np.array_equal(np.asarray(grad.rows(), dtype=np.int64), lookups))
-                rows = lookups if self.rows_are_lookups else np.asarray(grad.rows(), dtype=np.int64)
-            else:
+                    rows = np.asarray(grad.rows(), dtype=np.int64)
+                    self.rows_are_lookups = bool(np.array_equal(rows, lookups))
+                if self.rows_are_lookups:
+                    rows = lookups
+            if rows is None:
                 rows = np.asarray(grad.rows(), dtype=np.int64)
             if rows.size == 0:
                 return None
