@@ -230,7 +230,10 @@ class SparseGradMonitor(Callback):
             table = self.tables[index]
             ids = lookups.get(table.name) if log_now and table.plain else None
             if ids is not None:
-                ids = flat.setdefault(id(ids), ids.ravel().copy())
+                copied = flat.get(id(ids))
+                if copied is None:  # (setdefault would copy the twin's ids again before looking)
+                    copied = flat[id(ids)] = ids.ravel().copy()
+                ids = copied
             grads = gradients[table.name] if gradients and table.name in gradients else \
                 table.read(with_values=log_now, lookups=ids)
             if grads is None:
