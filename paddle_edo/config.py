@@ -98,6 +98,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
                                        doc="servers' rate for the tables (default: the tables' rate)"),
         "shard_num": Option(4, int, low=1, doc="shards per sparse table on the servers"),
         "timeout_s": Option(1800, int, low=10, doc="every process of the job exits non-zero after this long"),
+        "init_timeout_s": Option(120, int, low=10,
+                                 doc="a trainer whose fleet.init_worker() has not returned after this long exits "
+                                     "non-zero"),
     },
     "export": {
         "dir": Option(None, str, nullable=True, doc="where tools/export_model.py writes (default: <output_dir>/inference)"),

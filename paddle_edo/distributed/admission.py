@@ -10,7 +10,9 @@ no trainer admitted are served as id 0 too (evaluation and the exported tables).
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +42,14 @@ class FeatureAdmission:
                         vocab_sizes.items()}
         self._rng = np.random.default_rng(seed)
 
+    @classmethod
+    def from_config(cls, config: dict[str, Any], vocab_sizes: dict[str, int], rank: int) -> FeatureAdmission:
+        """Trainer ``rank``'s admission under the config's ``distributed`` rule (seeded per trainer)."""
+        distributed = config["distributed"]
+        return cls(distributed["entry"], vocab_sizes, distributed["count_filter"], distributed["probability"],
+                   config["train"]["seed"] + rank, distributed["show_click_threshold"], distributed["nonclick_coeff"],
+                   distributed["click_coeff"])
+
     def __call__(self, field: str, ids: np.ndarray, clicks: np.ndarray | None = None) -> np.ndarray:
         """Count this batch's ids of ``field`` (``clicks``: the rows' labels, for ``show_click``), then
         return them with the ids not admitted set to 0."""
@@ -66,14 +76,28 @@ class FeatureAdmission:
         return {field: int(flags.sum()) - 1 for field, flags in self.admitted.items()}
 
     def save(self, path: Path) -> None:
-        np.savez(path, **self.admitted)
+        """The whole state, for joining the trainers' admitted ids and for resuming: admitted ids, what
+        was counted of the others, and the random generator."""
+        np.savez(path, rng=np.array(json.dumps(self._rng.bit_generator.state)),
+                 **{f"admitted.{field}": flags for field, flags in self.admitted.items()},
+                 **{f"tally.{field}": tally for field, tally in self._tally.items()})
+
+    def load(self, path: Path) -> None:
+        """Continue from a saved state (a resumed job): admission goes on exactly as it would have."""
+        with np.load(path) as saved:
+            for field in self.admitted:
+                self.admitted[field][:] = saved[f"admitted.{field}"]
+                self._tally[field][:] = saved[f"tally.{field}"]
+            self._rng.bit_generator.state = json.loads(str(saved["rng"]))
 
 
 def joined(paths: list[Path]) -> dict[str, np.ndarray]:
-    """Ids admitted by any trainer, per field, from the trainers' saved sets."""
+    """Ids admitted by any trainer, per field, from the trainers' saved states."""
     union: dict[str, np.ndarray] = {}
     for path in paths:
         with np.load(path) as saved:
-            for field in saved.files:
-                union[field] = union[field] | saved[field] if field in union else saved[field].copy()
+            for key in saved.files:
+                if key.startswith("admitted."):
+                    field, flags = key.removeprefix("admitted."), saved[key]
+                    union[field] = union[field] | flags if field in union else flags.copy()
     return union

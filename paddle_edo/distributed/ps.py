@@ -54,9 +54,6 @@ def check_ps_config(config: dict[str, Any]) -> None:
         if config["embedding"]["type"] != "dense":
             raise ConfigError(f"distributed.entry = {distributed['entry']!r} needs embedding.type = 'dense', not "
                               f"{config['embedding']['type']!r}: with hash or qr, ids share rows anyway")
-        if config["train"]["resume"] is not False:
-            raise ConfigError(f"train.resume with distributed.entry = {distributed['entry']!r} is not supported "
-                              f"(the trainers' admission counts are not checkpointed)")
     if config["embedding"]["type"] not in PS_EMBEDDINGS:
         raise ConfigError(f"embedding.type = {config['embedding']['type']!r} cannot be used with distributed.mode = "
                           f"'ps'; expected one of {', '.join(map(repr, PS_EMBEDDINGS))} (the servers hold plain "
@@ -64,9 +61,6 @@ def check_ps_config(config: dict[str, Any]) -> None:
     if config["train"]["optimizer"] not in SGD_RULES:
         raise ConfigError(f"train.optimizer = {config['train']['optimizer']!r} has no parameter-server rule; "
                           f"expected one of {', '.join(map(repr, SGD_RULES))}")
-    if distributed["ps_mode"] == "geo" and config["train"]["resume"] is not False:
-        raise ConfigError("train.resume with distributed.ps_mode = 'geo' is not supported (geo trainers hold "
-                          "their own copies of the tables); resume async jobs")
     if config["train"]["amp"]["enable"]:
         raise ConfigError("train.amp.enable = true is not supported with distributed.mode = 'ps'")
     if config["model"]["name"] != "deepfm":
@@ -120,7 +114,8 @@ class PSJob:
         # each trainer logs its own VisualDL run; an unwritable folder fails here, before any training
         self.monitor: SparseGradMonitor | None = None if fleet.is_server() else next(
             iter(monitors_from_config(config, run=f"trainer{fleet.worker_index()}", memory=False)), None)
-        _exit_after(config["distributed"]["timeout_s"], self.role)
+        _exit_after(config["distributed"]["timeout_s"], f"{self.role} passed distributed.timeout_s = "
+                    f"{config['distributed']['timeout_s']} s")
         paddle.seed(config["train"]["seed"])
         self.splits = load_dataset(config["data"])
         self.fields = self.splits.fields
@@ -128,17 +123,16 @@ class PSJob:
         # feature admission on this trainer's batches (single-valued fields: a multi-valued field's id 0 is
         # padding, which pooling leaves out, so serving could not treat a filtered id the same way)
         self.admission = None if fleet.is_server() or distributed["entry"] not in ADMISSION_RULES else \
-            FeatureAdmission(distributed["entry"], {f.name: f.vocab_size for f in self.fields if not f.multi_valued},
-                             distributed["count_filter"], distributed["probability"],
-                             config["train"]["seed"] + fleet.worker_index(), distributed["show_click_threshold"],
-                             distributed["nonclick_coeff"], distributed["click_coeff"])
+            FeatureAdmission.from_config(config, {f.name: f.vocab_size for f in self.fields if not f.multi_valued},
+                                         fleet.worker_index())
         self.served: dict[str, np.ndarray] | None = None  # ids some trainer admitted (trainer 0, at the end)
+        self.geo = distributed["ps_mode"] == "geo"
         self._build()
 
     def _build(self) -> None:
         distributed = self.config["distributed"]
         # no entry for the servers: they ignore it (the trainers admit ids themselves)
-        table_options = {"table_class": distributed["table_class"], "geo": distributed["ps_mode"] == "geo"}
+        table_options = {"table_class": distributed["table_class"], "geo": self.geo}
         embedding = self.config["embedding"]
         if embedding["type"] == "dense":  # every table on the servers
             self.model = build_model(self.fields, {**self.config, "embedding": {
@@ -179,19 +173,30 @@ class PSJob:
         fleet, train = self.fleet, self.config["train"]
         exe = paddle.static.Executor(paddle.CPUPlace())
         exe.run(paddle.static.default_startup_program())
+        rank, trainers = fleet.worker_index(), fleet.worker_num()
+        resumed = self._checkpoint_to_resume()
+        if resumed is not None and self.geo:  # before init_worker, which starts the servers from trainer 0's tables
+            self._load_trainer_state(resumed[0])
+        seconds = self.config["distributed"]["init_timeout_s"]
+        stalled = _exit_after(seconds, f"{self.role}: fleet.init_worker() did not return within "
+                                       f"distributed.init_timeout_s = {seconds} s (stalled in Paddle's start-up "
+                                       f"barriers; start the job again)")
         fleet.init_worker()
+        stalled.cancel()
+        logger.info("%s: joined the servers", self.role)
         runtime = fleet.fleet._runtime_handle
 
         def pull_dense() -> None:  # async trainers do not receive dense updates by themselves
             runtime._worker.client_flush()
             runtime._pull_all_dense(runtime.scopes, runtime._send_ctx, get_the_one_recv_context(runtime.context))
 
-        rank, trainers = fleet.worker_index(), fleet.worker_num()
         mine = self.splits.train.take(np.arange(rank, len(self.splits.train), trainers))
         batches = CTRBatches(mine, train["batch_size"], shuffle=True, seed=train["seed"] + rank)
         main = paddle.static.default_main_program()
         every = self.config["distributed"]["pull_dense_every"]
-        first_epoch, history = self._maybe_resume(pull_dense)
+        first_epoch, history = 0, []
+        if resumed is not None:
+            first_epoch, history = self._resume(*resumed, pull_dense)
         step, start = 0, time.perf_counter()
         self._attach_monitor()
         for epoch in range(first_epoch, train["epochs"]):
@@ -206,7 +211,7 @@ class PSJob:
                 losses.append(float(loss))
                 if self.monitor is not None:
                     self._monitor_step(step, feed, fetched)
-                if self.config["distributed"]["ps_mode"] == "async" and step % every == 0:
+                if not self.geo and step % every == 0:
                     pull_dense()
             history.append(float(np.mean(losses)))
             logger.info("%s: epoch %d/%d  loss %.4f", self.role, epoch + 1, train["epochs"], history[-1])
@@ -216,7 +221,7 @@ class PSJob:
         if self.monitor is not None:
             self.monitor.writer.close()
         seconds = time.perf_counter() - start
-        if self.config["distributed"]["ps_mode"] == "geo":
+        if self.geo:
             runtime._communicator.stop()  # sends the last deltas
         pull_dense()
         fleet.barrier_worker()
@@ -264,12 +269,21 @@ class PSJob:
         return self.output_dir / "ps_checkpoint"
 
     def _save(self, exe, epochs_done: int, history: list[float]) -> None:
-        """Servers' tables (sparse and dense, with optimizer state) after an epoch: every trainer calls the
-        save (a barrier is inside; trainer 0 writes), into a fresh folder renamed over the last one."""
+        """After an epoch: the servers' tables (sparse and dense, with optimizer state; every trainer calls the
+        save, a barrier is inside), and each trainer's own state (geo: its copies of the tables and dense
+        parameters with its optimizer state; its admitted ids), into a fresh folder renamed over the last one."""
+        rank = self.fleet.worker_index()
         fresh = self.checkpoint_dir.with_name(self.checkpoint_dir.name + ".tmp")
         self.fleet.save_persistables(exe, str(fresh))
-        if self.fleet.worker_index() == 0:
-            state = {"epoch": epochs_done, "history": history, "config": checkpoint_sections(self.config)}
+        fresh.mkdir(parents=True, exist_ok=True)
+        if self.geo:
+            np.savez(fresh / f"trainer{rank}.npz", **self._trainer_state())
+        if self.admission is not None:
+            self.admission.save(fresh / f"admission.trainer{rank}.npz")
+        self.fleet.barrier_worker()  # every trainer's files are written
+        if rank == 0:
+            state = {"epoch": epochs_done, "history": history, "config": checkpoint_sections(self.config),
+                     "job": self._job_settings()}
             (fresh / "state.json").write_text(json.dumps(state))
             old = self.checkpoint_dir.with_name(self.checkpoint_dir.name + ".old")
             if self.checkpoint_dir.exists():
@@ -279,26 +293,65 @@ class PSJob:
                 shutil.rmtree(old)
         self.fleet.barrier_worker()
 
-    def _maybe_resume(self, pull_dense) -> tuple[int, list[float]]:
-        """With train.resume: load the servers' tables of the last epoch checkpoint; (first epoch, losses)."""
+    def _job_settings(self) -> dict[str, Any]:
+        """What a resumed job must share with the one that saved: its mode, trainers and admission rule."""
+        distributed = self.config["distributed"]
+        return {"ps_mode": distributed["ps_mode"], "trainers": self.fleet.worker_num(), "entry": distributed["entry"]}
+
+    def _checkpoint_to_resume(self) -> tuple[Path, dict[str, Any]] | None:
+        """With train.resume: the last epoch checkpoint's folder and state, checked against this job."""
         if self.config["train"]["resume"] is False:
-            return 0, []
+            return None
         folder = self.checkpoint_dir
         if not (folder / "state.json").is_file() and (folder.with_name(folder.name + ".old") / "state.json").is_file():
             folder = folder.with_name(folder.name + ".old")  # interrupted between the two renames
         if not (folder / "state.json").is_file():
             logger.info("%s: train.resume: no parameter-server checkpoint in %s yet; starting afresh", self.role,
                         self.checkpoint_dir)
-            return 0, []
+            return None
         state = json.loads((folder / "state.json").read_text())
         diff = checkpoint_difference(state["config"], self.config)
         if diff is not None:
             raise CheckpointError(f"{folder} was made with another {diff.split('.')[0]} config ({diff}); resume "
                                   f"it with the config it was trained with")
-        self.fleet.load_model(str(folder), mode=0)  # trainer 0 loads every table on the servers
-        pull_dense()
+        saved = {"ps_mode": "async", "trainers": self.fleet.worker_num(), "entry": "none", **state.get("job", {})}
+        for key, now in self._job_settings().items():  # checkpoints from before "job" existed: async, no entry
+            if saved[key] != now:
+                name = "the number of trainers" if key == "trainers" else f"distributed.{key}"
+                raise CheckpointError(f"{folder} was made by a job whose {name} was {saved[key]!r}, now {now!r}; "
+                                      f"resume it with the same setting")
+        return folder, state
+
+    def _resume(self, folder: Path, state: dict[str, Any], pull_dense) -> tuple[int, list[float]]:
+        """Continue from an epoch checkpoint: async loads the servers' tables (geo trainers loaded their
+        own state before init_worker); each trainer takes back its admitted ids. (first epoch, losses)"""
+        if not self.geo:
+            self.fleet.load_model(str(folder), mode=0)  # trainer 0 loads every table on the servers
+            pull_dense()
+        if self.admission is not None:
+            self.admission.load(folder / f"admission.trainer{self.fleet.worker_index()}.npz")
         logger.info("%s: resumed from %s after epoch %d", self.role, folder, state["epoch"])
         return state["epoch"], list(state["history"])
+
+    def _trainer_state(self) -> dict[str, np.ndarray]:
+        """This trainer's persistable variables: in geo mode its copies of the tables and the dense
+        parameters, with its optimizer's accumulators."""
+        scope, state = paddle.static.global_scope(), {}
+        for var in paddle.static.default_main_program().list_vars():
+            found = scope.find_var(var.name) if var.persistable else None
+            if found is not None and var.type == paddle.base.core.VarDesc.VarType.LOD_TENSOR \
+                    and found.get_tensor()._is_initialized():
+                state[var.name] = np.array(found.get_tensor())
+        return state
+
+    def _load_trainer_state(self, folder: Path) -> None:
+        """Put this trainer's saved variables back into its scope. In geo mode init_worker then starts the
+        servers from trainer 0's tables and dense parameters, and the other trainers take them from there,
+        as at any geo start; each trainer keeps its own optimizer state."""
+        scope = paddle.static.global_scope()
+        with np.load(folder / f"trainer{self.fleet.worker_index()}.npz") as saved:
+            for name in saved.files:
+                scope.find_var(name).get_tensor().set(saved[name], paddle.CPUPlace())
 
     def _feed(self, batch: dict[str, Any], admit: bool = False) -> dict[str, np.ndarray]:
         """The batch as fed: with feature admission, training batches pass through this trainer's
@@ -383,14 +436,16 @@ def _tables_to_servers(model: paddle.nn.Layer, table_options: dict[str, Any]) ->
                                                       **table_options)
 
 
-def _exit_after(seconds: int, role: str) -> None:
-    """Bound the process: after ``seconds`` it exits with status 3, which fails the launcher's job."""
+def _exit_after(seconds: int, reason: str) -> threading.Timer:
+    """Bound the process: after ``seconds`` (unless the timer is cancelled) it says why and exits with
+    status 3, which fails the launcher's job."""
     def expire() -> None:
-        print(f"paddle_edo: {role} passed distributed.timeout_s = {seconds} s; exiting", flush=True)
+        print(f"paddle_edo: {reason}; exiting", flush=True)
         os._exit(3)
     timer = threading.Timer(seconds, expire)
     timer.daemon = True
     timer.start()
+    return timer
 
 
 FINISHED = "paddle_edo: finished as"  # the last line of every process that ended normally (tools/launch.py)

@@ -39,3 +39,26 @@ def test_probability_decides_each_id_once_and_is_seeded(tmp_path):
     np.testing.assert_array_equal(union, first.admitted["item"] | other.admitted["item"])
     with pytest.raises(ValueError, match="rule = 'often'"):
         FeatureAdmission("often", {"item": 3})
+
+
+@pytest.mark.parametrize("rule", ["count_filter", "probability", "show_click"])
+def test_a_saved_admission_goes_on_exactly_as_the_uninterrupted_one(tmp_path, rule):
+    rng = np.random.default_rng(0)
+    batches = [(rng.zipf(1.3, 64) % 500, rng.integers(0, 2, 64).astype(float)) for _ in range(20)]
+
+    def admission(seed: int) -> FeatureAdmission:
+        return FeatureAdmission(rule, {"user": 500, "item": 500}, count_filter=3, probability=0.3, seed=seed,
+                                show_click_threshold=1.5)
+
+    whole = admission(5)
+    expected = [whole("user", ids, clicks) for ids, clicks in batches]
+    first = admission(5)
+    for ids, clicks in batches[:10]:
+        first("user", ids, clicks)
+    first.save(tmp_path / "state.npz")
+    resumed, afresh = admission(99), admission(5)  # another seed: the generator's state comes from the file
+    resumed.load(tmp_path / "state.npz")
+    for (ids, clicks), want in zip(batches[10:], expected[10:]):
+        np.testing.assert_array_equal(resumed("user", ids, clicks), want)
+    assert resumed.counts() == whole.counts()
+    assert [afresh("user", ids, clicks).tolist() for ids, clicks in batches[10:]] != [e.tolist() for e in expected[10:]]
