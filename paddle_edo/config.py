@@ -72,8 +72,10 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "memory": Option(True, bool, doc="also log bytes per table and cache statistics"),
         "memory_every_n_steps": Option(100, int, low=1, doc="interval of the memory figures, which change slowly"),
         "histogram_every_n_steps": Option(100, int, low=0, doc="row-gradient norm histograms (0: none)"),
-        "background": Option(True, bool, doc="merge, summarise and write on a worker thread; the training "
-                             "thread only copies a logged step's rows"),
+        "background": Option(None, bool, nullable=True,
+                             doc="merge, summarise and write on a worker thread, the training thread only "
+                                 "copying a logged step's rows (null: when a core is free beside "
+                                 "train.num_threads)"),
         "alerts": {
             "nan": Option(True, bool),
             "norm_factor": Option(10.0, float, low=1.0, doc="alert when a max row norm exceeds this x its median"),

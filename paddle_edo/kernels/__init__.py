@@ -1,16 +1,18 @@
-"""Fused CPU lookups for the shared tables: a Paddle custom-operator extension built from lookups.cc.
+"""Native CPU kernels: fused lookups for the shared tables (Paddle custom operators, lookups.cc) and the
+monitor's row-gradient summaries (a C function called through ctypes, row_norms.cc), built as one extension.
 
 The composite Paddle ops stay the reference, and the path for training (sparse row gradients), static
 programs and exports (a saved model needs nothing but Paddle) and accelerators. A dynamic-graph forward
 pass on the CPU that needs no gradient (evaluation, serving) takes the fused kernel: one pass writes
 each output row, where the composite ops write the whole output once per gather and once per combine.
 
-The extension is compiled at first use (about 20 s, once per machine and version of this source: it
+The extension is compiled at first use (about 20 s, once per machine and version of these sources: it
 is kept under ~/.cache/paddle_extensions) and needs a C++ compiler; without one, or with
-PADDLE_EDO_FUSED_KERNELS=0, every layer keeps its composite path.
+PADDLE_EDO_FUSED_KERNELS=0, every layer keeps its composite path and the monitor its numpy path.
 """
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import hashlib
 import logging
@@ -23,29 +25,46 @@ import paddle
 
 logger = logging.getLogger("paddle_edo")
 
-SOURCE = Path(__file__).with_name("lookups.cc")
+SOURCES = [Path(__file__).with_name("lookups.cc"), Path(__file__).with_name("row_norms.cc")]
 NAME = "paddle_edo_lookups"
 FLAGS = ["-O3", "-fopenmp"]
-_loaded: dict[str, ModuleType | None] = {}
+_loaded: dict[str, tuple[ModuleType, Path] | None] = {}
+_summary: list = []  # the ctypes function, once looked up (None: unavailable)
 
 
 def fused_ops() -> ModuleType | None:
     """The extension's ops (built or loaded once per process), or None when they cannot be had."""
     if NAME not in _loaded:
         _loaded[NAME] = _build()
-    return _loaded[NAME]
+    built = _loaded[NAME]
+    return None if built is None else built[0]
 
 
-def _build() -> ModuleType | None:
-    """Load the extension built for this source, flags and Paddle, building it first if need be.
-    (paddle.utils.cpp_extension.load recompiles on every call, 20 s a process; a build is kept under a
-    name that carries its key instead.)"""
+def summary_kernel():
+    """edo_summarize_groups of row_norms.cc as a ctypes function, or None when the extension cannot be had."""
+    if not _summary:
+        fused_ops()
+        built = _loaded[NAME]
+        function = None
+        if built is not None:
+            function = ctypes.CDLL(str(built[1])).edo_summarize_groups
+            function.restype = ctypes.c_int64
+            function.argtypes = [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 11]
+        _summary.append(function)
+    return _summary[0]
+
+
+def _build() -> tuple[ModuleType, Path] | None:
+    """Load the extension built for these sources, flags and Paddle, building it first if need be; with
+    the path of its library. (paddle.utils.cpp_extension.load recompiles on every call, 20 s a process; a
+    build is kept under a name that carries its key instead.)"""
     if os.environ.get("PADDLE_EDO_FUSED_KERNELS", "1") == "0":
         return None
     from paddle.utils.cpp_extension import load
     from paddle.utils.cpp_extension.extension_utils import _import_module_from_library, get_build_directory
 
-    key = hashlib.sha256(SOURCE.read_bytes() + repr((FLAGS, paddle.__version__, sys.version)).encode()).hexdigest()
+    sources = b"".join(source.read_bytes() for source in SOURCES)
+    key = hashlib.sha256(sources + repr((FLAGS, paddle.__version__, sys.version)).encode()).hexdigest()
     name = f"{NAME}_{key[:12]}"
     quiet = logging.getLogger("utils.cpp_extension")  # Paddle logs each load at INFO
     level = quiet.level
@@ -55,13 +74,15 @@ def _build() -> ModuleType | None:
         quiet.setLevel(logging.WARNING)
         with open(root / f"{NAME}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # processes starting together build once, the others load
-            if (root / name / f"{name}.so").exists():
-                return _import_module_from_library(name, str(root / name))
-            return load(name=name, sources=[str(SOURCE)], build_directory=str(root), extra_cxx_cflags=FLAGS,
-                        extra_ldflags=["-fopenmp"])
+            library = root / name / f"{name}.so"
+            if library.exists():
+                return _import_module_from_library(name, str(root / name)), library
+            module = load(name=name, sources=[str(source) for source in SOURCES], build_directory=str(root),
+                          extra_cxx_cflags=FLAGS, extra_ldflags=["-fopenmp"])
+            return module, library
     except Exception as exc:  # a missing compiler, a read-only cache: the composite ops still work
         logger.warning("paddle_edo: the fused lookup kernels could not be built (%s); composite Paddle ops "
-                       "serve instead", exc)
+                       "serve instead (and numpy the monitor's row norms)", exc)
         return None
     finally:
         quiet.setLevel(level)

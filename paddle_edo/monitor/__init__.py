@@ -1,6 +1,7 @@
 """VisualDL monitoring: sparse-gradient health and memory of embedding tables."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,12 @@ def monitors_from_config(config: dict[str, Any], run: str | None = None, memory:
     logdir = Path(section["logdir"] or Path(config["train"]["output_dir"]) / "vdl")
     writer = DeferredLogWriter(logdir / run if run else logdir)
     alerts = AlertSettings(**section["alerts"])
+    background = section["background"]
+    if background is None:  # a worker thread pays off beside a free core; where Paddle's threads take every
+        # core it slows the loop (measured on 2 cores: docs/benchmarks.md)
+        background = len(os.sched_getaffinity(0)) > config["train"]["num_threads"]
     monitors: list = [SparseGradMonitor(writer, section["every_n_steps"], alerts, section["histogram_every_n_steps"],
-                                        background=section["background"])]
+                                        background=background)]
     if section["memory"] and memory:
         monitors.append(MemoryMonitor(writer, section["memory_every_n_steps"]))
     return monitors

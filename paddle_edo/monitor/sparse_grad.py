@@ -9,9 +9,10 @@ composite layer's inner tables: ``embeddings.user.table`` of a hashed field). Co
 the model looks up: a field's ids when the ids are known (the engine passes each batch's ids, which
 costs nothing on device), else the rows of the gradient tables.
 
-With ``background=True`` (what configs use) the training thread only copies what a logged step needs
-(gradient rows, and the rows before and after the optimizer step); merging, figures, alerts and writing
-run on one worker thread, in step order, while training goes on.
+With ``background=True`` (what configs use when a core is free beside Paddle's threads) the training
+thread only copies what a logged step needs (gradient rows, and the rows before and after the optimizer
+step); merging, figures, alerts and writing run on one worker thread, in step order, while training
+goes on.
 """
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from visualdl import LogWriter
 
 
@@ -41,15 +42,14 @@ def check_writable(logdir: str | Path) -> None:
 
 
 _FRAME = struct.Struct("<Q").pack
-_FLOAT = struct.Struct("<f").pack
 
 
-def _float32(value: float) -> bytes:
-    """A float as protobuf stores a float field: values beyond float32's range become +-inf."""
-    try:
-        return _FLOAT(value)
-    except OverflowError:
-        return _FLOAT(float("inf") if value > 0 else float("-inf"))
+def _float32s(values: list[float]) -> list[bytes]:
+    """Floats as protobuf stores float fields (little-endian float32; values beyond its range become
+    +-inf), packed at once."""
+    with np.errstate(over="ignore"):
+        packed = np.asarray(values, dtype=np.float64).astype("<f4").tobytes()
+    return [packed[i:i + 4] for i in range(0, len(packed), 4)]
 
 
 def _varint(value: int) -> bytes:
@@ -65,26 +65,31 @@ def _varint(value: int) -> bytes:
 
 class ScalarRecords:
     """Framed VisualDL scalar records (``record_pb2.Record`` holding one ``Value``: id = step, tag,
-    timestamp, float value), encoded without building messages; each tag's bytes are kept."""
+    timestamp, float value), encoded without building messages. A record differs from the last step's
+    of its tag only in its step, time and value: each tag's frame, record header and tag bytes are kept
+    (for the lengths that step and time take)."""
 
     def __init__(self) -> None:
-        self._tags: dict[str, bytes] = {}
+        self._heads: dict[tuple[str, int], tuple[bytes, bytes]] = {}
 
-    def _tag(self, tag: str) -> bytes:
-        encoded = self._tags.get(tag)
-        if encoded is None:
-            raw = tag.encode()
-            encoded = self._tags[tag] = b"\x12" + _varint(len(raw)) + raw if raw else b""
-        return encoded
+    def _head(self, tag: str, extra: int) -> tuple[bytes, bytes]:
+        """(frame and record header, tag field) of a record whose step and time fields take ``extra`` bytes."""
+        raw = tag.encode()
+        field = b"\x12" + _varint(len(raw)) + raw if raw else b""
+        body = extra + len(field) + 5                      # + the float field: its key and four bytes
+        record = 1 + len(_varint(body)) + body
+        head = self._heads[(tag, extra)] = (_FRAME(record) + b"\x0a" + _varint(body), field)
+        return head
 
     def encode(self, scalars: list[tuple[str, float]], step: int, walltime: int) -> bytes:
-        head = (b"\x08" + _varint(step) if step else b"")
-        stamp = (b"\x18" + _varint(walltime) if walltime else b"")
+        step_field = (b"\x08" + _varint(step) if step else b"")
+        time_field = (b"\x18" + _varint(walltime) if walltime else b"") + b"\x25"
+        extra = len(step_field) + len(time_field) - 1
+        heads = self._heads
         chunks = []
-        for tag, value in scalars:
-            body = b"".join((head, self._tag(tag), stamp, b"\x25", _float32(value)))
-            record = b"\x0a" + _varint(len(body)) + body
-            chunks += (_FRAME(len(record)), record)
+        for (tag, _), value in zip(scalars, _float32s([value for _, value in scalars])):
+            head, field = heads.get((tag, extra)) or self._head(tag, extra)
+            chunks += (head, step_field, field, time_field, value)
         return b"".join(chunks)
 
 

@@ -220,6 +220,19 @@ def test_engine_runs_with_monitoring_from_config(tmp_path):
     assert np.isfinite(results["test_auc"])
 
 
+def test_configs_use_a_worker_thread_when_a_core_is_free_beside_paddles_threads(tmp_path, monkeypatch):
+    from paddle_edo.monitor import monitors_from_config
+
+    config = small_synthetic_config(tmp_path, epochs=1)
+    config["monitor"]["enable"] = True
+    config["train"]["num_threads"] = 2
+    for cores, expected in [(2, False), (3, True)]:
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        assert monitors_from_config(config)[0].background is expected
+    config["monitor"]["background"] = True  # said outright: as said
+    assert monitors_from_config(config)[0].background is True
+
+
 def test_screenshot_tool_copies_only_the_tags_asked_for(tmp_path):
     import importlib.util
 
@@ -350,7 +363,8 @@ def test_scalar_records_are_the_bytes_visualdl_writes():
     from paddle_edo.monitor.writer import ScalarRecords
 
     cases = [("sparse/users/rows_touched", 17, 3, 1764480000123), ("a", 0.0, 0, 0), ("", -2.25, -1, 5),
-             ("nan", float("nan"), 2**40, 1), ("big", 1e39, 7, 9), ("négatif/ü", -1e39, 1, 2)]
+             ("nan", float("nan"), 2**40, 1), ("big", 1e39, 7, 9), ("négatif/ü", -1e39, 1, 2),
+             ("sparse/users/rows_touched", 3.4028235e38, 2**40, 1764480000123)]  # a tag again, a longer step
     encoder = ScalarRecords()
     for tag, value, step, walltime in cases:
         data = scalar(tag, value, step, walltime).SerializeToString()
