@@ -9,7 +9,8 @@ setup(
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["paddle_edo", "paddle_edo.*"]),
-    package_data={"paddle_edo.kernels": ["lookups.cc", "row_norms.cc"]},  # compiled at first use (a C++ compiler is needed)
+    # compiled at first use (a C++ compiler is needed)
+    package_data={"paddle_edo.kernels": ["lookups.cc", "row_norms.cc"]},
     python_requires=">=3.8",
     # Paddle itself is an extra: the CPU and GPU builds are different packages that must not both install.
     install_requires=[

@@ -327,7 +327,8 @@ def monitor_benchmark(repeats: int) -> dict:
     variants = {"off": ["monitor.enable=false"],
                 **{f"every {every}, {where}": ["monitor.enable=true", f"monitor.every_n_steps={n}",
                                                f"monitor.background={where == 'worker'}"]
-                   for n, every in [(100, "100 steps"), (10, "10 steps"), (1, "step")] for where in ("worker", "inline")}}
+                   for n, every in [(100, "100 steps"), (10, "10 steps"), (1, "step")]
+                   for where in ("worker", "inline")}}
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     inside: dict[str, list[float]] = {name: [] for name in variants}
     worker: dict[str, list[float]] = {name: [] for name in variants}

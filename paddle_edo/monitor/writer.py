@@ -83,13 +83,13 @@ class ScalarRecords:
 
     def encode(self, scalars: list[tuple[str, float]], step: int, walltime: int) -> bytes:
         step_field = (b"\x08" + _varint(step) if step else b"")
-        time_field = (b"\x18" + _varint(walltime) if walltime else b"") + b"\x25"
-        extra = len(step_field) + len(time_field) - 1
+        time_field = (b"\x18" + _varint(walltime) if walltime else b"")
+        extra = len(step_field) + len(time_field)
         heads = self._heads
         chunks = []
         for (tag, _), value in zip(scalars, _float32s([value for _, value in scalars])):
             head, field = heads.get((tag, extra)) or self._head(tag, extra)
-            chunks += (head, step_field, field, time_field, value)
+            chunks += (head, step_field, field, time_field, b"\x25", value)
         return b"".join(chunks)
 
 
