@@ -37,7 +37,7 @@ void SortByRow(const int64_t* row, int64_t length, int64_t padding, std::vector<
   }
   order->resize(kept);
   if (kept == 0) return;
-  if (static_cast<uint64_t>(high - low) < static_cast<uint64_t>(2 * kept + 4096)) {
+  if (static_cast<uint64_t>(high) - static_cast<uint64_t>(low) < static_cast<uint64_t>(2 * kept + 4096)) {
     std::vector<int64_t> next(high - low + 2, 0);  // next[r - low]: where row r's next lookup goes
     for (int64_t i = 0; i < length; ++i) {
       if (row[i] != padding) ++next[row[i] - low + 1];
