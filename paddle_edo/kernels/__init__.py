@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import paddle
 
 logger = logging.getLogger("paddle_edo")
@@ -29,7 +30,15 @@ SOURCES = [Path(__file__).with_name("lookups.cc"), Path(__file__).with_name("row
 NAME = "paddle_edo_lookups"
 FLAGS = ["-O3", "-fopenmp"]
 _loaded: dict[str, tuple[ModuleType, Path] | None] = {}
-_summary: list = []  # the ctypes function, once looked up (None: unavailable)
+_C_FUNCTIONS = {  # row_norms.cc's functions: (result, argument types)
+    "edo_summarize_groups": (ctypes.c_int64, [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 11]),
+    "edo_save_rows": (None, [ctypes.c_int64, *[ctypes.c_void_p] * 5]),
+    "edo_update_ratios": (None, [ctypes.c_int64, *[ctypes.c_void_p] * 6]),
+    "edo_running_medians": (None, [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                   *[ctypes.c_void_p] * 3]),
+    "edo_mark_rows": (ctypes.c_int64, [ctypes.c_int64, *[ctypes.c_void_p] * 9]),
+}
+_functions: dict[str, object] = {}  # each C function, once looked up (None: unavailable)
 
 
 def fused_ops() -> ModuleType | None:
@@ -40,18 +49,27 @@ def fused_ops() -> ModuleType | None:
     return None if built is None else built[0]
 
 
-def summary_kernel():
-    """edo_summarize_groups of row_norms.cc as a ctypes function, or None when the extension cannot be had."""
-    if not _summary:
+def c_function(name: str):
+    """One of row_norms.cc's functions (the keys of _C_FUNCTIONS) as a ctypes function, or None when the
+    extension cannot be had."""
+    if name not in _functions:
         fused_ops()
         built = _loaded[NAME]
         function = None
         if built is not None:
-            function = ctypes.CDLL(str(built[1])).edo_summarize_groups
-            function.restype = ctypes.c_int64
-            function.argtypes = [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 11]
-        _summary.append(function)
-    return _summary[0]
+            function = getattr(ctypes.CDLL(str(built[1])), name)
+            function.restype, function.argtypes = _C_FUNCTIONS[name]
+        _functions[name] = function
+    return _functions[name]
+
+
+def address(array: np.ndarray) -> int:
+    """Where a C-contiguous array's data starts, to pass to a C function (ctypes' from_buffer takes a
+    third of the time of ``array.ctypes.data``, which a logged step calls dozens of times)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))
+    except (TypeError, ValueError):  # read-only or empty
+        return array.ctypes.data
 
 
 def _build() -> tuple[ModuleType, Path] | None:

@@ -1,13 +1,16 @@
 """Coverage: which rows of each table were ever updated, for many tables at the cost of one.
 
 All tables' flags live in one boolean array (each table at its offset), so the ids of several steps and
-tables are marked with a handful of numpy calls; per-table counts grow as rows turn on, so no table is
-ever summed again. Inside a training loop each numpy call costs tens of microseconds (caches are cold
-after the step's kernels), so steps are gathered and marked together.
+tables are marked at once: in one call of the native kernel (kernels/row_norms.cc) when it was built, else
+with a handful of numpy calls; per-table counts grow as rows turn on, so no table is ever summed again.
+Inside a training loop each call costs tens of microseconds (caches are cold after the step's kernels),
+so steps are gathered and marked together.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from ..kernels import address, c_function
 
 
 class Coverage:
@@ -25,6 +28,7 @@ class Coverage:
         self._full: list[bool] = []                      # per table: every row marked
         self._index: dict[str, int] = {}
         self._starts = np.zeros(0, dtype=np.int64)
+        self._sizes = np.zeros(0, dtype=np.int64)
         self._bounds_cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._pending: list[tuple[int, tuple[int, ...], tuple[int, ...], np.ndarray]] = []
         self.batch_steps = 16
@@ -61,6 +65,7 @@ class Coverage:
         self.starts.append(self.flags.size)
         self._starts = np.asarray(self.starts, dtype=np.int64)
         self.sizes.append(int(rows))
+        self._sizes = np.asarray(self.sizes, dtype=np.int64)
         self.paddings.append(padding_idx)
         flags = np.zeros(rows, dtype=bool)
         if padding_idx is not None:
@@ -92,19 +97,33 @@ class Coverage:
             self.flush()
 
     def flush(self) -> None:
-        """Mark the gathered steps' rows; a row's growth step is the first step that touched it."""
+        """Mark the gathered steps' rows; a row's growth step is the first step that touched it. Native when
+        the kernels are at hand (one call instead of some fifteen numpy calls); numpy is the reference."""
         if not self._pending:
             return
         pending, self._pending = self._pending, []
         rows = np.concatenate([rows for *_, rows in pending]) if len(pending) > 1 else pending[0][3]
+        kernel = c_function("edo_mark_rows")
+        if kernel is not None:
+            tables = np.array([i for _, indices, _, _ in pending for i in indices], dtype=np.int64)
+            counts = np.array([n for _, _, lengths, _ in pending for n in lengths], dtype=np.int64)
+            steps = np.array([step for step, indices, _, _ in pending for _ in indices], dtype=np.int64)
+            rows = np.ascontiguousarray(rows, dtype=np.int64)
+            at = kernel(len(tables), address(tables), address(counts), address(steps), address(rows),
+                        address(self._starts), address(self._sizes), address(self.flags.view(np.uint8)),
+                        address(self.counts), address(self.last_growth))
+            if at >= 0:
+                part = int(np.searchsorted(np.cumsum(counts), at, side="right"))
+                self._refuse(int(tables[part]), int(rows[at]), int(steps[part]))
+            self._mark_full()
+            return
         low, size = self._bounds(tuple((indices, lengths) for _, indices, lengths, _ in pending))
         outside = rows.view(np.uint64) >= size  # negative rows wrap around to huge ones
         if outside.any():
             at = int(np.flatnonzero(outside)[0])
             index = int(np.searchsorted(self._starts, low[at], side="right")) - 1
             step = pending[int(np.searchsorted(np.cumsum([r.size for *_, r in pending]), at, side="right"))][0]
-            raise IndexError(f"SparseGradMonitor: {self.names[index]} got row {rows[at]} at step {step}, outside "
-                             f"[0, {self.sizes[index]})")
+            self._refuse(index, int(rows[at]), step)
         keys = rows + low
         fresh = np.flatnonzero(~self.flags[keys])
         if not fresh.size:
@@ -116,6 +135,10 @@ class Coverage:
         self._mark_full()
         steps = np.repeat([step for step, *_ in pending], [r.size for *_, r in pending])[fresh[first]]
         np.maximum.at(self.last_growth, owners, steps)
+
+    def _refuse(self, index: int, row: int, step: int) -> None:
+        raise IndexError(f"SparseGradMonitor: {self.names[index]} got row {row} at step {step}, outside "
+                         f"[0, {self.sizes[index]})")
 
     def _bounds(self, layout: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]) -> tuple[np.ndarray, np.ndarray]:
         """Per gathered row: its table's offset and size, for steps of these (tables, lengths). Kept: the

@@ -8,31 +8,64 @@ calls (the reference).
 """
 from __future__ import annotations
 
+import ctypes
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 import paddle
 
-from ..kernels import summary_kernel
+from ..kernels import address, c_function
+
+
+def host_view(tensor: paddle.Tensor) -> np.ndarray:
+    """A numpy array over a float32 CPU tensor's own memory, without a copy (``Tensor.numpy`` copies, at
+    three times the cost); the array keeps the tensor alive. It shows the values as they are when read:
+    read a gradient before the optimizer step, and copy what must outlive a change."""
+    shape = tensor.shape
+    size = math.prod(shape)
+    if not size:
+        return np.empty(shape, dtype=np.float32)
+    buffer = (ctypes.c_float * size).from_address(tensor.data_ptr())
+    buffer.owner = tensor
+    return np.frombuffer(buffer, dtype=np.float32).reshape(shape)
+
+
+def on_host(tensor: paddle.Tensor | None) -> bool:
+    """Whether ``host_view`` can show this tensor (float32, in CPU memory)."""
+    return tensor is not None and tensor.dtype == paddle.float32 and tensor.place.is_cpu_place()
 
 
 @dataclass
 class RowGradients:
-    """One table's gradient this step: rows as looked up (repeats possible) and, when read, values."""
+    """One table's gradient this step: rows as looked up (repeats possible) and, when read, values: a
+    numpy copy, or the gradient itself when it is a float32 CPU tensor read before the optimizer step
+    (the native summary reads it in place)."""
 
     rows: np.ndarray                 # int64 [N]
-    grads: np.ndarray | None         # float32 [N, D]
+    grads: np.ndarray | paddle.Tensor | None  # float32 [N, D]
     sparse: bool                     # False: the table received a dense [num_rows, D] gradient
+
+    def values(self) -> np.ndarray:
+        """The values as a numpy array (a view of a tensor's memory, without a copy)."""
+        return host_view(self.grads) if isinstance(self.grads, paddle.Tensor) else self.grads
+
+    def address(self) -> int:
+        """Where the values start in host memory (float32, C-contiguous)."""
+        if isinstance(self.grads, paddle.Tensor):
+            return self.grads.data_ptr()
+        self.grads = np.ascontiguousarray(self.grads, dtype=np.float32)
+        return address(self.grads)
 
 
 @dataclass
 class GradientSummary:
-    """One table's row gradients merged per row: distinct rows, their finite norms (ascending), the rows
+    """One table's row gradients merged per row: distinct rows, their finite norms (in no set order), the rows
     whose gradient holds NaN or Inf, and the figures of the finite norms (NaN when there are none)."""
 
     rows: np.ndarray                 # int64 [U], sorted, padding excluded
-    norms: np.ndarray                # float32 [U - bad], ascending
+    norms: np.ndarray                # float32 [U - bad]
     bad_rows: np.ndarray             # int64, rows with a NaN/Inf gradient
     sparse: bool
     mean: float
@@ -48,13 +81,17 @@ class RowGradientReader:
         self.own = getattr(layer, "row_gradients", None)   # low_precision tables and caches update rows
         weight = getattr(layer, "weight", None)
         self.weight = weight if isinstance(weight, paddle.Tensor) else None
+        self.on_host = on_host(self.weight)                 # its rows and gradients can be viewed in place
         self.rows_are_lookups: bool | None = None          # known after the first read with lookups
 
-    def __call__(self, with_values: bool = True, lookups: np.ndarray | None = None) -> RowGradients | None:
+    def __call__(self, with_values: bool = True, lookups: np.ndarray | None = None,
+                 copy: bool = True) -> RowGradients | None:
         """Row gradients, or None when the table got no gradient this step. Without values only the row
         ids are read (no values leave the device). ``lookups``, the ids the table looked up this step
         (flat), stand for the gradient's rows once they proved equal (a sparse Embedding's gradient
-        keeps one row per lookup, in order): reading rows back costs more than the rest of a table."""
+        keeps one row per lookup, in order): reading rows back costs more than the rest of a table.
+        ``copy=False`` lets the values of a CPU table's sparse gradient be the gradient tensor itself, not
+        a copy: valid until the optimizer step."""
         found = self.own() if self.own is not None else None
         if found is not None:
             values = found[1].numpy().astype(np.float32, copy=False) if with_values else None
@@ -78,7 +115,10 @@ class RowGradientReader:
                 rows = np.asarray(grad.rows(), dtype=np.int64)
             if rows.size == 0:
                 return None
-            return RowGradients(rows, values.numpy().astype(np.float32, copy=False) if with_values else None, True)
+            if not with_values:
+                return RowGradients(rows, None, True)
+            return RowGradients(rows, values if not copy and self.on_host
+                                else values.numpy().astype(np.float32, copy=False), True)
         touched = np.flatnonzero((grad != 0).any(axis=1).numpy())
         if touched.size == 0:
             return None
@@ -103,7 +143,7 @@ def summarize(gradients: list[tuple[RowGradients, int | None]]) -> list[Gradient
     for members in groups.values():
         layouts[tuple(gradients[i][0].grads.shape[1] for i in members)].append(members)
     out: list[GradientSummary | None] = [None] * len(gradients)
-    kernel = summary_kernel()
+    kernel = c_function("edo_summarize_groups")
     for widths, batch in layouts.items():
         if kernel is not None:
             _summarize_layout_natively(kernel, gradients, widths, batch, out)
@@ -118,19 +158,18 @@ def _summarize_layout_natively(kernel, gradients: list[tuple[RowGradients, int |
     figures each group's rows itself."""
     firsts = [gradients[members[0]] for members in batch]
     rows = [np.ascontiguousarray(g.rows, dtype=np.int64) for g, _ in firsts]
-    values = [np.ascontiguousarray(gradients[member][0].grads, dtype=np.float32) for members in batch
-              for member in members]
     lengths = np.array([r.size for r in rows], dtype=np.int64)
     paddings = np.array([-1 if padding is None else padding for _, padding in firsts], dtype=np.int64)
-    pointers = np.array([a.ctypes.data for a in (*rows, *values)], dtype=np.uintp)
+    pointers = np.array([address(a) for a in rows] + [gradients[member][0].address() for members in batch
+                                                      for member in members], dtype=np.uintp)
     widths_array = np.asarray(widths, dtype=np.int64)  # every array the kernel reads is held by a name
     total, groups, columns = int(lengths.sum()), len(batch), len(widths)
     distinct_rows, distinct = np.empty(total, dtype=np.int64), np.empty(groups, dtype=np.int64)
     ranked, ranked_rows = np.empty((total, columns), dtype=np.float32), np.empty((total, columns), dtype=np.int64)
     good, figures = np.empty((groups, columns), dtype=np.int64), np.empty((groups, columns, 3))
-    kernel(groups, columns, pointers.ctypes.data, lengths.ctypes.data, paddings.ctypes.data,
-           pointers[groups:].ctypes.data, widths_array.ctypes.data, distinct_rows.ctypes.data,
-           distinct.ctypes.data, ranked.ctypes.data, ranked_rows.ctypes.data, good.ctypes.data, figures.ctypes.data)
+    kernel(groups, columns, address(pointers), address(lengths), address(paddings), address(pointers[groups:]),
+           address(widths_array), address(distinct_rows), address(distinct), address(ranked), address(ranked_rows),
+           address(good), address(figures))
     bounds = np.concatenate([[0], np.cumsum(distinct)]).tolist()
     good, figures = good.tolist(), figures.tolist()
     for g, members in enumerate(batch):
@@ -169,7 +208,7 @@ def _summarize_layout(gradients: list[tuple[RowGradients, int | None]], widths: 
     rows, owner = rows[starts], owner[starts].astype(np.int16 if len(batch) < 2**15 else np.int64)
     norms = np.empty((rows.size, len(widths)), dtype=np.float32)
     for k in range(len(widths)):  # each column group's rows summed per distinct row, then their norms
-        values = np.concatenate([gradients[members[k]][0].grads for members in batch])
+        values = np.concatenate([gradients[members[k]][0].values() for members in batch])
         merged = np.add.reduceat(np.take(values, order, axis=0), starts, axis=0)
         norms[:, k] = np.sqrt(np.einsum("ij,ij->i", merged, merged, dtype=np.float64))
     # each column's norms ascending within each group (NaN and Inf last): a sort, then a stable radix

@@ -17,7 +17,6 @@ goes on.
 from __future__ import annotations
 
 import logging
-import math
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,14 +26,15 @@ import numpy as np
 import paddle
 
 from ..callbacks import Callback
+from ..kernels import address, c_function
 from ..memory import embedding_layers
 from ..nn.base import EmbeddingBase, table_settings
 from .coverage import Coverage
 from .row_gradients import GradientSummary, RowGradientReader, RowGradients, summarize
+from .update_ratio import SavedRows
 
 logger = logging.getLogger("paddle_edo")
 
-SMALL_TABLE_ELEMENTS = 1 << 16  # below this, copying the whole table to the host beats a gather op
 JOBS_IN_FLIGHT = 4              # logged steps the worker may fall behind before training waits for it
 
 
@@ -56,6 +56,7 @@ class _GradientTable:
     rows: int
     read: RowGradientReader
     tag: str                         # "sparse/<name>"
+    remote: bool                     # its rows live on parameter servers (no update-to-weight ratio)
 
     @property
     def plain(self) -> bool:
@@ -85,40 +86,31 @@ def gradient_tables(model: paddle.nn.Layer) -> list[_GradientTable]:
             full = ".".join(part for part in (outer, name) if part)
             weight = getattr(table, "weight", None)
             rows = weight.shape[0] if weight is not None else table.num_embeddings
-            found.append(_GradientTable(full, outer, table, table_settings(table)[0], rows,
-                                        RowGradientReader(table), f"sparse/{full}"))
+            found.append(_GradientTable(full, outer, table, table_settings(table)[0], rows, RowGradientReader(table),
+                                        f"sparse/{full}", bool(getattr(table, "remote_rows", False))))
     return found
 
 
-def copy_rows(table: _GradientTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """The values the update-to-weight ratio needs, copied to the host now: (values, the rows they hold),
-    or (the whole table, None) when it is small. Packed tables are decoded; a cache gives its
-    resident rows."""
-    weight = table.read.weight
-    if weight is None:
-        return table.layer.decode_rows(paddle.to_tensor(rows)).numpy(), rows
-    shape = weight.shape  # (Tensor.size runs an op; the shape is free)
-    if shape[0] * shape[1] <= SMALL_TABLE_ELEMENTS:
-        return weight.numpy(), None
-    return paddle.gather(weight.detach(), paddle.to_tensor(rows, place=weight.place)).numpy(), rows
-
-
-def positions(held: np.ndarray | None, rows: np.ndarray) -> np.ndarray:
-    """Where each of ``rows`` sits in a copy holding the rows ``held`` (None: the whole table)."""
-    if held is None:
-        return rows
-    order = np.argsort(held, kind="stable")
-    return order[np.searchsorted(held[order], rows)]
-
-
-def update_ratios(pairs: list[tuple[np.ndarray, np.ndarray]]) -> list[float]:
-    """||after - before|| / ||before|| of each (rows before, rows after) pair, 0 for all-zero rows."""
-    ratios = []
-    for before, after in pairs:
-        change = after - before
-        weight = float(np.vdot(before, before))
-        ratios.append(math.sqrt(float(np.vdot(change, change)) / weight) if weight > 0 else 0.0)
-    return ratios
+def running_medians(tables: np.ndarray, maxima: np.ndarray, history: np.ndarray, counts: np.ndarray,
+                    least: int = 5) -> np.ndarray:
+    """The median of each table's last maxima (``history[table]``, a ring of the window's length whose
+    empty places are +inf; NaN before ``least`` maxima), before this step's ``maxima`` join the rings and
+    ``counts`` grow. Native when the kernels are at hand; numpy is the reference."""
+    medians = np.empty(len(tables))
+    kernel = c_function("edo_running_medians")
+    if kernel is not None:
+        kernel(len(tables), address(tables), address(maxima), history.shape[1], least, address(history),
+               address(counts), address(medians))
+        return medians
+    window = history.shape[1]
+    ordered = np.sort(history[tables], axis=1)   # empty places last
+    filled = np.minimum(counts[tables], window)
+    lines = np.arange(len(tables))
+    medians = (ordered[lines, np.maximum(filled - 1, 0) // 2] + ordered[lines, filled // 2]) / 2
+    medians[counts[tables] < least] = np.nan
+    history[tables, counts[tables] % window] = maxima
+    counts[tables] += 1
+    return medians
 
 
 class SparseGradMonitor(Callback):
@@ -148,8 +140,9 @@ class SparseGradMonitor(Callback):
         self._norm_history = np.full((0, self.alerts.norm_window), np.inf)
         self._norm_count = np.zeros(0, dtype=np.int64)
         self._model_id: int | None = None
-        self._copies: list[tuple[int, np.ndarray, np.ndarray | None, np.ndarray]] = []  # for step_end
-        self._rows_read: dict[int, np.ndarray] = {}  # worker side: each table's rows at the logged step
+        self._saved: SavedRows | None = None        # rows before the optimizer step, for step_end
+        self._step_figures: tuple[int, list[tuple[str, float]]] | None = None  # inline: written at step_end
+        self._rows_read: dict[int, np.ndarray] = {}  # each table's distinct rows at the logged step
         self._worker: ThreadPoolExecutor | None = None
         self._jobs: deque[Future] = deque()
 
@@ -168,7 +161,7 @@ class SparseGradMonitor(Callback):
         self.coverage_tracker = Coverage()
         self.id_spaces = dict(id_spaces or {})
         self.lookup_ids = dict(lookup_ids or {})
-        self._alerted, self._twins, self._plans, self._copies, self._rows_read = {}, {}, {}, [], {}
+        self._alerted, self._twins, self._plans, self._saved, self._rows_read = {}, {}, {}, None, {}
         self._norm_history = np.full((len(self.tables), self.alerts.norm_window), np.inf)
         self._norm_count = np.zeros(len(self.tables), dtype=np.int64)
 
@@ -209,6 +202,7 @@ class SparseGradMonitor(Callback):
 
     def wait(self) -> None:
         """Block until every queued figure is computed and written; raises what failed on the worker."""
+        self._write_figures()
         while self._jobs:
             self._jobs.popleft().result()
 
@@ -222,21 +216,22 @@ class SparseGradMonitor(Callback):
         row gradients: what a static-graph trainer fetched for tables whose rows live on servers)."""
         if self._model_id != id(model):
             self.attach(model)
+        self._write_figures()
         lookups = lookups or {}
         parts, covered, uncovered = self._lookup_parts(lookups)
         log_now = step % self.every_n_steps == 0
         read: list[tuple[int, RowGradients]] = []
-        flat: dict[int, np.ndarray] = {}  # twins given the same ids share one flat copy (the worker reads it)
+        flat: dict[int, np.ndarray] = {}  # twins given the same ids share one flat array (a copy for the worker)
         for index in range(len(self.tables)) if log_now else uncovered:
             table = self.tables[index]
             ids = lookups.get(table.name) if log_now and table.plain else None
             if ids is not None:
                 copied = flat.get(id(ids))
                 if copied is None:  # (setdefault would copy the twin's ids again before looking)
-                    copied = flat[id(ids)] = ids.ravel().copy()
+                    copied = flat[id(ids)] = ids.ravel().copy() if self.background else ids.ravel()
                 ids = copied
             grads = gradients[table.name] if gradients and table.name in gradients else \
-                table.read(with_values=log_now, lookups=ids)
+                table.read(with_values=log_now, lookups=ids, copy=self.background)
             if grads is None:
                 continue
             if index in uncovered:
@@ -254,13 +249,20 @@ class SparseGradMonitor(Callback):
         stalled = [(name, step - self.coverage_tracker.last_growth_of(name), self.coverage(name))
                    for name in self.coverage_tracker.stalled(step, self.alerts.coverage_patience)]
         coverage = [(f"sparse/{name}/coverage_pct", self.coverage(name)) for name in self.coverage_tracker.tracked]
-        self._copies = [(index, *copy_rows(self.tables[index], grads.rows), grads.rows) for index, grads in read
-                        if not getattr(self.tables[index].layer, "remote_rows", False)]  # server rows: no ratio
-        self._run(self._log_gradients, step, read, coverage, stalled)
+        local = [(index, self.tables[index], grads) for index, grads in read if not self.tables[index].remote]
+        if self.background:  # save now, for every lookup, what the worker compares after the optimizer step
+            self._saved = SavedRows([(index, table, grads.rows) for index, table, grads in local], distinct=False)
+            self._run(self._log_figures, step, read, coverage, stalled)
+            return
+        self._rows_read.clear()  # the figures first: then the distinct rows are known
+        self._step_figures = (step, self._figures(step, read, coverage, stalled))  # written with the ratios
+        self._saved = SavedRows([(index, table, self._rows_read[index]) for index, table, _ in local
+                                 if index in self._rows_read], distinct=True)  # (rows on servers: no ratio)
 
-    def _log_gradients(self, step: int, read: list[tuple[int, RowGradients]], coverage: list[tuple[str, float]],
-                       stalled: list[tuple[str, int, float]]) -> None:
-        """A logged step's figures, alerts and histograms, from the rows read (on the worker, if any)."""
+    def _figures(self, step: int, read: list[tuple[int, RowGradients]], coverage: list[tuple[str, float]],
+                 stalled: list[tuple[str, int, float]]) -> list[tuple[str, float]]:
+        """A logged step's scalars, from the rows read (on the worker, if any); alerts and histograms are
+        written here."""
         for name, idle, percent in stalled:
             self._alert(name, step, "coverage_stalled",
                         f"{name}: no new row updated for {idle} steps; coverage stays at {percent:.2f}%", True)
@@ -271,26 +273,33 @@ class SparseGradMonitor(Callback):
             if summary is not None:
                 scalars += self._table_figures(self.tables[index], summary, step)
                 self._rows_read[index] = summary.rows
-        self._write(scalars, step)
+        return scalars
+
+    def _log_figures(self, step: int, *read_coverage_stalled) -> None:
+        self._write(self._figures(step, *read_coverage_stalled), step)
+
+    def _write_figures(self) -> None:
+        """Write the figures of an inline logged step that no ``step_end`` wrote with its ratios."""
+        if self._step_figures is not None:
+            (step, scalars), self._step_figures = self._step_figures, None
+            self._write(scalars, step)
 
     def step_end(self, model: paddle.nn.Layer, step: int) -> None:
         """After the optimizer step: log the update-to-weight ratio of the rows read in ``step``."""
-        copies, self._copies = self._copies, []
-        if copies:
-            after = [copy_rows(self.tables[index], rows)[0] for index, _, _, rows in copies]
-            self._run(self._log_update_ratios, step, copies, after)
+        saved, self._saved = self._saved, None
+        if saved is not None:
+            self._run(self._log_update_ratios, step, saved, saved.after())
+        self._write_figures()
 
-    def _log_update_ratios(self, step: int, copies: list[tuple[int, np.ndarray, np.ndarray | None, np.ndarray]],
-                           after: list[np.ndarray]) -> None:
-        """The update-to-weight ratio of each table over the rows it updated (padding left out)."""
-        pairs, tags = [], []
-        for (index, before, held, _), now in zip(copies, after):
-            rows = self._rows_read.pop(index, None)
-            if rows is not None:  # None: only padding rows were looked up
-                at = positions(held, rows)
-                pairs.append((before[at], now[at]))
-                tags.append(self.tables[index].tag)
-        self._write([(f"{tag}/update_to_weight", ratio) for tag, ratio in zip(tags, update_ratios(pairs))], step)
+    def _log_update_ratios(self, step: int, saved: SavedRows, after: tuple) -> None:
+        """The update-to-weight ratio of each table over the rows it updated (padding left out), written
+        with the step's other figures when they wait (inline: one write a logged step)."""
+        rows_read, self._rows_read = self._rows_read, {}
+        scalars = [(f"{self.tables[index].tag}/update_to_weight", ratio) for index, ratio in saved.ratios(after, rows_read)]
+        if self._step_figures is not None and self._step_figures[0] == step:
+            scalars = self._step_figures[1] + scalars
+            self._step_figures = None
+        self._write(scalars, step)
 
     def _write(self, scalars: list[tuple[str, float]], step: int) -> None:
         """One write for the step's scalars when the writer can (BufferedLogWriter), else one by one."""
@@ -405,22 +414,14 @@ class SparseGradMonitor(Callback):
         found = [(index, s.max) for index, s in found if s.norms.size]
         if not found:
             return
-        indices = np.array([index for index, _ in found])
-        maxima = np.array([value for _, value in found])
-        window = self.alerts.norm_window
-        ready = self._norm_count[indices] >= 5
-        if ready.any():
-            history = np.sort(self._norm_history[indices[ready]], axis=1)   # unfilled slots are +inf: last
-            filled = np.minimum(self._norm_count[indices[ready]], window)
-            lines = np.arange(len(filled))
-            medians = (history[lines, (filled - 1) // 2] + history[lines, filled // 2]) / 2
-            for index, value, median in zip(indices[ready], maxima[ready], medians):
-                if median > 0 and value > self.alerts.norm_factor * median:
-                    name = self.tables[index].name
-                    self._alert(name, step, "norm_spike", f"{name}: max row-gradient norm {value:.4g} at step "
-                                f"{step} is {value / median:.1f}x its running median {median:.4g}", True, once=False)
-        self._norm_history[indices, self._norm_count[indices] % window] = maxima
-        self._norm_count[indices] += 1
+        medians = running_medians(np.array([index for index, _ in found], dtype=np.int64),
+                                  np.array([value for _, value in found], dtype=np.float64),
+                                  self._norm_history, self._norm_count)
+        for (index, value), median in zip(found, medians.tolist()):
+            if median > 0 and value > self.alerts.norm_factor * median:
+                name = self.tables[index].name
+                self._alert(name, step, "norm_spike", f"{name}: max row-gradient norm {value:.4g} at step "
+                            f"{step} is {value / median:.1f}x its running median {median:.4g}", True, once=False)
 
     def _alert(self, name: str, step: int, kind: str, message: str, enabled: bool, once: bool = True) -> None:
         alerted = self._alerted.setdefault(name, set())

@@ -74,11 +74,18 @@ def expected_norms(ids, weights):
     return np.array([np.linalg.norm(g) for g in grads.values()])
 
 
-@pytest.mark.parametrize("lookups, rows_are_lookups, background", [
-    (None, None, False), (lambda ids: ids, True, False), (lambda ids: ids[::-1].copy(), False, False),
-    (lambda ids: ids, True, True)],
-    ids=["rows read", "rows known from the lookups", "lookups in another order", "on the worker thread"])
-def test_logged_values_equal_the_planted_gradients(tmp_path, lookups, rows_are_lookups, background):
+@pytest.mark.parametrize("lookups, rows_are_lookups, background, native", [
+    (None, None, False, True), (lambda ids: ids, True, False, True), (lambda ids: ids[::-1].copy(), False, False, True),
+    (lambda ids: ids, True, True, True), (lambda ids: ids, True, False, False)],
+    ids=["rows read", "rows known from the lookups", "lookups in another order", "on the worker thread",
+         "without the native kernels"])
+def test_logged_values_equal_the_planted_gradients(tmp_path, monkeypatch, lookups, rows_are_lookups, background,
+                                                   native):
+    from paddle_edo import kernels
+
+    if not native:
+        for name in kernels._C_FUNCTIONS:
+            monkeypatch.setitem(kernels._functions, name, None)
     _, monitor, logdir, history = planted_run(tmp_path, lookups=lookups, background=background)
     # the gradient's rows are read back once; the lookups stand in for them only if they were equal
     assert monitor.tables[0].read.rows_are_lookups is rows_are_lookups
@@ -331,9 +338,14 @@ def test_coverage_is_shared_by_tables_given_the_same_ids_until_they_differ(tmp_p
     assert monitor.coverage_tracker.names == ["0", "1"]  # one shared row set at first, then its own
 
 
-def test_coverage_batches_steps_and_keeps_growth_steps_and_range_errors():
+@pytest.mark.parametrize("native", [True, False], ids=["native", "numpy"])
+def test_coverage_batches_steps_and_keeps_growth_steps_and_range_errors(monkeypatch, native):
+    from paddle_edo import kernels
     from paddle_edo.monitor.coverage import Coverage
 
+    assert kernels.c_function("edo_mark_rows") is not None  # built by `make test`
+    if not native:
+        monkeypatch.setitem(kernels._functions, "edo_mark_rows", None)
     coverage = Coverage()
     coverage.add("a", 6, padding_idx=0)
     coverage.add("b", 4)
@@ -369,5 +381,26 @@ def test_scalar_records_are_the_bytes_visualdl_writes():
     for tag, value, step, walltime in cases:
         data = scalar(tag, value, step, walltime).SerializeToString()
         assert encoder.encode([(tag, value)], step, walltime) == struct.pack("<Q", len(data)) + data, tag
-    both = encoder.encode([(tag, value) for tag, value, *_ in cases[:2]], 4, 8)
-    assert both == encoder.encode([cases[0][:2]], 4, 8) + encoder.encode([cases[1][:2]], 4, 8)
+    tags = [tag for tag, *_ in cases]
+    for step, walltime, values in [(4, 8, [1.5] * 7), (5, 9, [case[1] for case in cases]), (300, 8, [-3.0] * 7)]:
+        # the same tags again (a kept template), with other steps, times and values
+        expected = b"".join(struct.pack("<Q", len(data)) + data for data in
+                            (scalar(tag, value, step, walltime).SerializeToString() for tag, value in zip(tags, values)))
+        assert encoder.encode(list(zip(tags, values)), step, walltime) == expected, step
+
+
+def test_kept_scalars_are_written_before_later_records_and_on_flush(tmp_path):
+    writer = open_log_writer(tmp_path / "vdl")
+    for step in (1, 2, 3):
+        writer.add_scalars_of_step([("a", step * 0.5), ("b", -step)], step)
+    assert writer._pending  # kept, not yet encoded
+    writer.add_text("alerts/x", "later", 3)
+    writer.add_scalars_of_step([("a", 9.0)], 4)
+    writer.flush()
+    assert not writer._pending
+    _, series = read(tmp_path / "vdl")
+    assert {step: r.value for step, r in series("scalar", "a").items()} == {1: 0.5, 2: 1.0, 3: 1.5, 4: 9.0}
+    assert {step: r.value for step, r in series("scalar", "b").items()} == {1: -1.0, 2: -2.0, 3: -3.0}
+    with open(next((tmp_path / "vdl").glob("vdlrecords.*.log")), "rb") as f:
+        data = f.read()
+    assert data.index(b"later") > data.rindex(b"\x12\x01b")  # the text after the scalars before it
