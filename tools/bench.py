@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -321,7 +322,8 @@ def time_worker_jobs(callbacks: list) -> list[float]:
 
 def monitor_benchmark(repeats: int) -> dict:
     """Training-loop time on MovieLens-100K with monitoring off, every 100, 10 and every step (figures on
-    a worker thread, and inline; configs choose by the cores free), runs interleaved: median epoch seconds
+    a worker thread, and inline; configs choose by the cores free), runs interleaved (each variant in every
+    place of a round in turn, so that no variant always follows the same one): median epoch seconds
     against no monitoring, the seconds the training thread spends inside the monitors' hooks (a direct
     measure that the machine's run-to-run noise does not swamp), and the worker thread's CPU seconds."""
     variants = {"off": ["monitor.enable=false"],
@@ -332,9 +334,12 @@ def monitor_benchmark(repeats: int) -> dict:
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     inside: dict[str, list[float]] = {name: [] for name in variants}
     worker: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(repeats):
-            for name, overrides in variants.items():
+            for name in names[repeat % len(names):] + names[:repeat % len(names)]:  # each in every place in turn
+                overrides = variants[name]
+                gc.collect()  # the last run's engine is not left for this run to collect
                 folder = name.replace(" ", "_").replace(",", "")
                 engine = default_experiment(f"{tmp}/{repeat}-{folder}", ["train.epochs=1", *overrides])
                 spent, jobs = time_step_hooks(engine.callbacks), time_worker_jobs(engine.callbacks)

@@ -158,6 +158,12 @@ class Coverage:
         index = self._index[name]
         return 100.0 * int(self.counts[index]) / max(int(self.capacity[index]), 1)
 
+    def percents(self) -> list[tuple[str, float]]:
+        """(name, percent) of every name, shared ones included, at once."""
+        self.flush()
+        shares = (100.0 * self.counts / np.maximum(self.capacity, 1)).tolist()
+        return [(name, shares[index]) for name, index in self._index.items()]
+
     def never_updated(self, name: str, lookups: np.ndarray | None = None) -> tuple[int, float | None]:
         """(rows never updated, their share of ``lookups`` in percent, padding lookups left out)."""
         self.flush()

@@ -55,7 +55,6 @@ class _GradientTable:
     padding_idx: int | None
     rows: int
     read: RowGradientReader
-    tag: str                         # "sparse/<name>"
     remote: bool                     # its rows live on parameter servers (no update-to-weight ratio)
 
     @property
@@ -87,7 +86,7 @@ def gradient_tables(model: paddle.nn.Layer) -> list[_GradientTable]:
             weight = getattr(table, "weight", None)
             rows = weight.shape[0] if weight is not None else table.num_embeddings
             found.append(_GradientTable(full, outer, table, table_settings(table)[0], rows, RowGradientReader(table),
-                                        f"sparse/{full}", bool(getattr(table, "remote_rows", False))))
+                                        bool(getattr(table, "remote_rows", False))))
     return found
 
 
@@ -142,6 +141,7 @@ class SparseGradMonitor(Callback):
         self._model_id: int | None = None
         self._saved: SavedRows | None = None        # rows before the optimizer step, for step_end
         self._step_figures: tuple[int, list[tuple[str, float]]] | None = None  # inline: written at step_end
+        self._tags: dict[tuple[str, str], str] = {}
         self._rows_read: dict[int, np.ndarray] = {}  # each table's distinct rows at the logged step
         self._worker: ThreadPoolExecutor | None = None
         self._jobs: deque[Future] = deque()
@@ -248,7 +248,7 @@ class SparseGradMonitor(Callback):
             return
         stalled = [(name, step - self.coverage_tracker.last_growth_of(name), self.coverage(name))
                    for name in self.coverage_tracker.stalled(step, self.alerts.coverage_patience)]
-        coverage = [(f"sparse/{name}/coverage_pct", self.coverage(name)) for name in self.coverage_tracker.tracked]
+        coverage = [(self._tag(name, "coverage_pct"), percent) for name, percent in self.coverage_tracker.percents()]
         local = [(index, self.tables[index], grads) for index, grads in read if not self.tables[index].remote]
         if self.background:  # save now, for every lookup, what the worker compares after the optimizer step
             self._saved = SavedRows([(index, table, grads.rows) for index, table, grads in local], distinct=False)
@@ -295,7 +295,8 @@ class SparseGradMonitor(Callback):
         """The update-to-weight ratio of each table over the rows it updated (padding left out), written
         with the step's other figures when they wait (inline: one write a logged step)."""
         rows_read, self._rows_read = self._rows_read, {}
-        scalars = [(f"{self.tables[index].tag}/update_to_weight", ratio) for index, ratio in saved.ratios(after, rows_read)]
+        scalars = [(self._tag(self.tables[index].name, "update_to_weight"), ratio)
+                   for index, ratio in saved.ratios(after, rows_read)]
         if self._step_figures is not None and self._step_figures[0] == step:
             scalars = self._step_figures[1] + scalars
             self._step_figures = None
@@ -395,19 +396,26 @@ class SparseGradMonitor(Callback):
 
     def _table_figures(self, table: _GradientTable, summary: GradientSummary, step: int) -> list[tuple[str, float]]:
         """One table's scalars of a logged step (its histogram and alerts are written here)."""
-        tag = table.tag
+        name, tag = table.name, self._tag
         bad = summary.bad_rows
         if bad.size:
-            self._alert(table.name, step, "nan_inf", f"{table.name}: {bad.size} rows have NaN/Inf gradients at "
+            self._alert(name, step, "nan_inf", f"{name}: {bad.size} rows have NaN/Inf gradients at "
                         f"step {step} (rows {bad[:10].tolist()})", self.alerts.nan)
-        scalars = [(f"{tag}/rows_touched", len(summary.rows)), (f"{tag}/nan_inf_rows", bad.size)]
+        scalars = [(tag(name, "rows_touched"), len(summary.rows)), (tag(name, "nan_inf_rows"), bad.size)]
         if summary.norms.size:
-            scalars += [(f"{tag}/grad_norm_mean", summary.mean), (f"{tag}/grad_norm_max", summary.max),
-                        (f"{tag}/grad_norm_p99", summary.p99)]
+            scalars += [(tag(name, "grad_norm_mean"), summary.mean), (tag(name, "grad_norm_max"), summary.max),
+                        (tag(name, "grad_norm_p99"), summary.p99)]
             every = self.histogram_every_n_steps
             if every and step % every == 0:
-                self.writer.add_histogram(f"{tag}/grad_norm", summary.norms, step, buckets=30)
+                self.writer.add_histogram(tag(name, "grad_norm"), summary.norms, step, buckets=30)
         return scalars
+
+    def _tag(self, name: str, figure: str) -> str:
+        """"sparse/<name>/<figure>", made once: a logged step writes the same tags every time."""
+        tag = self._tags.get((name, figure))
+        if tag is None:
+            tag = self._tags[(name, figure)] = f"sparse/{name}/{figure}"
+        return tag
 
     def _check_spikes(self, step: int, found: list[tuple[int, GradientSummary]]) -> None:
         """Alert on a max row norm above ``norm_factor`` x the median of that table's last maxima."""
