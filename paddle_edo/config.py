@@ -107,6 +107,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
     "export": {
         "dir": Option(None, str, nullable=True, doc="where tools/export_model.py writes (default: <output_dir>/inference)"),
         "batch_size": Option(4096, int, low=1, doc="batch size of tools/infer.py"),
+        "fused_kernels": Option(False, bool, doc="shared tables' lookups as paddle_edo's fused CPU kernels in the "
+                                                 "saved program (faster CPU serving; the predictor must load "
+                                                 "paddle_edo's kernels)"),
     },
     "train": {
         "epochs": Option(3, int, low=1),

@@ -8,6 +8,9 @@ import numpy as np
 import paddle
 
 from .data.ctr import FieldSpec
+from .kernels import fused_ops, fused_static_programs
+
+FUSED_OPS = ("edo_hash_lookup", "edo_qr_lookup", "edo_mixed_dim_lookup")  # the custom operators of kernels/lookups.cc
 
 
 def input_specs(fields: Sequence[FieldSpec]) -> list[paddle.static.InputSpec]:
@@ -23,13 +26,25 @@ def to_static(model: paddle.nn.Layer, specs: Sequence[paddle.static.InputSpec]) 
     return paddle.jit.to_static(model, input_spec=[list(specs)], full_graph=True)
 
 
-def export_model(model: paddle.nn.Layer, specs: Sequence[paddle.static.InputSpec], path_prefix: str | Path
-                 ) -> Path:
-    """Save ``<prefix>.pdmodel`` / ``.pdiparams`` for Paddle Inference; returns the prefix."""
+def export_model(model: paddle.nn.Layer, specs: Sequence[paddle.static.InputSpec], path_prefix: str | Path,
+                 fused_kernels: bool = False) -> Path:
+    """Save ``<prefix>.pdmodel`` / ``.pdiparams`` for Paddle Inference; returns the prefix.
+    ``fused_kernels``: the shared tables' lookups are paddle_edo's fused CPU kernels (custom operators)
+    in the saved program, as in dygraph serving; the model then runs on the CPU, in a process that loads
+    paddle_edo's kernels (``Predictor`` does). Without, it needs nothing but Paddle."""
+    if fused_kernels and fused_ops() is None:
+        raise RuntimeError("export.fused_kernels = true, but paddle_edo's kernels cannot be built here (no C++ "
+                           "compiler?); run `python -m paddle_edo.kernels` to see why, or export without them")
     path_prefix = Path(path_prefix)
     path_prefix.parent.mkdir(parents=True, exist_ok=True)
-    paddle.jit.save(to_static(model, specs), str(path_prefix))
+    with fused_static_programs(fused_kernels):
+        paddle.jit.save(to_static(model, specs), str(path_prefix))
     return path_prefix
+
+
+def uses_fused_kernels(model_file: str | Path) -> bool:
+    """Whether a saved program holds paddle_edo's fused lookup operators."""
+    return any(op.encode() in Path(model_file).read_bytes() for op in FUSED_OPS)
 
 
 class Predictor:
@@ -42,8 +57,18 @@ class Predictor:
         model_file, params_file = path_prefix.with_suffix(".pdmodel"), path_prefix.with_suffix(".pdiparams")
         if not model_file.is_file():
             raise FileNotFoundError(f"no exported model at {model_file}; run tools/export_model.py first")
+        fused = uses_fused_kernels(model_file)
+        if fused:
+            if device == "gpu":
+                raise ValueError(f"{model_file} was exported with export.fused_kernels = true: paddle_edo's fused "
+                                 f"lookups run on the CPU only; serve it with device 'cpu' or 'auto', or export "
+                                 f"it without them for the GPU")
+            if fused_ops() is None:  # registers the operators with Paddle in this process
+                raise RuntimeError(f"{model_file} holds paddle_edo's fused lookups, but its kernels cannot be built "
+                                   f"here; run `python -m paddle_edo.kernels` to see why")
         config = inference.Config(str(model_file), str(params_file))
-        use_gpu = device != "cpu" and paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+        use_gpu = (not fused and device != "cpu" and paddle.is_compiled_with_cuda()
+                   and paddle.device.cuda.device_count() > 0)
         if use_gpu:
             config.enable_use_gpu(256, 0)
         else:

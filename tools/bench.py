@@ -179,7 +179,8 @@ def shared_benchmark(data: list[str] | None = None, names: set[str] | None = Non
     return results
 
 
-def shared_lookup_benchmark(rows: int, dim: int, batch: int, fields: int, alpha: float, repeats: int) -> dict:
+def shared_lookup_benchmark(rows: int, dim: int, batch: int, fields: int, alpha: float, repeats: int,
+                            threads: int) -> dict:
     """Lookup time of each row-sharing layer against paddle.nn.Embedding fp32 on the same Zipf ids, in
     two modes side by side: forward passes that need no gradient (evaluation, serving: the fused kernels
     on the CPU) and forward passes recorded for training (composite ops, sparse row gradients)."""
@@ -207,10 +208,42 @@ def shared_lookup_benchmark(rows: int, dim: int, batch: int, fields: int, alpha:
                                        for name, layer in layers.items()}, repeats, sync=sync),
           "training": side_by_side({name: (lambda layer=layer: layer(ids)) for name, layer in layers.items()},
                                    repeats, sync=sync)}
+    if not gpu_available():  # Paddle Inference on the CPU: saved programs with composite ops, and with fused ones
+        ms.update(inference_lookup_times(layers, ids.numpy(), repeats, threads))
     return {"settings": {"rows": rows, "dim": dim, "ids": [batch, fields], "zipf_alpha": alpha, "repeats": repeats,
                          "malloc": MALLOC, "fused_kernels": fused_ops() is not None and not gpu_available()},
             "ms": ms, "speed_vs_fp32": {mode: {k: times["fp32"] / v for k, v in times.items()}
                                         for mode, times in ms.items()}}
+
+
+def inference_lookup_times(layers: dict[str, paddle.nn.Layer], ids: np.ndarray, repeats: int, threads: int
+                           ) -> dict[str, dict[str, float]]:
+    """Milliseconds of a Paddle Inference predictor (CPU, input copied in, output copied out) over each
+    layer saved by ``export_model``: with the composite ops (the default) and with the fused kernels."""
+    from paddle_edo.export import Predictor, export_model
+
+    spec = [paddle.static.InputSpec([None, ids.shape[1]], "int64", name="ids")]
+    predictors = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for fused in (False, True):
+            for index, (name, layer) in enumerate(layers.items()):
+                layer.eval()
+                prefix = export_model(Lookups(layer), spec, f"{tmp}/{int(fused)}-{index}/model", fused_kernels=fused)
+                predictors[(fused, name)] = Predictor(prefix, device="cpu", num_threads=threads)
+    times = side_by_side({key: (lambda p=p: p.run([ids])) for key, p in predictors.items()}, repeats)
+    return {mode: {name: times[(fused, name)] for name in layers}
+            for mode, fused in (("inference, composite", False), ("inference, fused", True))}
+
+
+class Lookups(paddle.nn.Layer):
+    """A lookup layer as a model that takes one ids input (for export)."""
+
+    def __init__(self, layer: paddle.nn.Layer) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, inputs: list[paddle.Tensor]) -> paddle.Tensor:
+        return self.layer(inputs[0])
 
 
 def plot_pareto(results: list[dict], path: Path, title: str) -> None:
@@ -423,14 +456,14 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.what == "shared" and args.data == "lookups":
-        result = shared_lookup_benchmark(1_000_000, 64, 4096, 26, 1.05, 15)
+        result = shared_lookup_benchmark(1_000_000, 64, 4096, 26, 1.05, 15, args.threads)
         (out / "shared_lookups.json").write_text(json.dumps(result, indent=2))
         print(f"fused kernels: {result['settings']['fused_kernels']}")
-        print("| layer | no gradient | vs fp32 | training forward | vs fp32 |")
-        for name, ms in result["ms"]["no gradient"].items():
-            training = result["ms"]["training"][name]
-            print(f"| {name} | {ms:.2f} ms | {result['speed_vs_fp32']['no gradient'][name]:.2f}x | "
-                  f"{training:.2f} ms | {result['speed_vs_fp32']['training'][name]:.2f}x |")
+        modes = list(result["ms"])
+        print("| layer | " + " | ".join(f"{mode} | vs fp32" for mode in modes) + " |")
+        for name in result["ms"]["no gradient"]:
+            print(f"| {name} | " + " | ".join(f"{result['ms'][mode][name]:.2f} ms | "
+                                             f"{result['speed_vs_fp32'][mode][name]:.2f}x" for mode in modes) + " |")
         return 0
     if args.what == "shared":
         synthetic = args.data == "synthetic"

@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config, args.override)
         engine = Engine(config)
         engine.load_for_serving(args.checkpoint or engine.checkpoint_path)
-        prefix = export_model(engine.model, input_specs(engine.fields), export_prefix(config))
+        prefix = export_model(engine.model, input_specs(engine.fields), export_prefix(config),
+                              config["export"]["fused_kernels"])
         print(engine.memory_report())
         print(f"exported {prefix}.pdmodel and {prefix}.pdiparams")
     return 0

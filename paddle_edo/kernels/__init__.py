@@ -1,10 +1,12 @@
 """Native CPU kernels: fused lookups for the shared tables (Paddle custom operators, lookups.cc) and the
 monitor's row-gradient summaries (a C function called through ctypes, row_norms.cc), built as one extension.
 
-The composite Paddle ops stay the reference, and the path for training (sparse row gradients), static
-programs and exports (a saved model needs nothing but Paddle) and accelerators. A dynamic-graph forward
-pass on the CPU that needs no gradient (evaluation, serving) takes the fused kernel: one pass writes
-each output row, where the composite ops write the whole output once per gather and once per combine.
+The composite Paddle ops stay the reference, and the path for training (sparse row gradients),
+accelerators, and static programs and exports by default (a saved model needs nothing but Paddle). A
+dynamic-graph forward pass on the CPU that needs no gradient (evaluation, serving) takes the fused
+kernel: one pass writes each output row, where the composite ops write the whole output once per gather
+and once per combine. Exports may take them too (``export.fused_kernels``), for CPU serving with Paddle
+Inference.
 
 The extension is compiled at first use (about 20 s, once per machine and version of these sources: it
 is kept under ~/.cache/paddle_extensions) and needs a C++ compiler; without one, or with
@@ -12,6 +14,7 @@ PADDLE_EDO_FUSED_KERNELS=0, every layer keeps its composite path and the monitor
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import hashlib
@@ -20,6 +23,7 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Iterator
 
 import numpy as np
 import paddle
@@ -39,8 +43,10 @@ _C_FUNCTIONS = {  # row_norms.cc's functions: (result, argument types)
     "edo_mark_rows": (ctypes.c_int64, [ctypes.c_int64, *[ctypes.c_void_p] * 9]),
 }
 _functions: dict[str, object] = {}  # each C function, once looked up (None: unavailable)
+_static_fusion = [False]            # whether to_static programs take the fused kernels (fused_static_programs)
 
 
+@paddle.jit.not_to_static  # plain Python when to_static traces a layer's lookup
 def fused_ops() -> ModuleType | None:
     """The extension's ops (built or loaded once per process), or None when they cannot be had."""
     if NAME not in _loaded:
@@ -106,10 +112,28 @@ def _build() -> tuple[ModuleType, Path] | None:
         quiet.setLevel(level)
 
 
+@contextlib.contextmanager
+def fused_static_programs(enabled: bool = True) -> Iterator[None]:
+    """Within, programs that to_static traces (``jit.save``) take the fused kernels too, as Paddle custom
+    operators: a faster CPU serving path, which Paddle Inference runs on the CPU in a process that loaded
+    this extension (``export.Predictor`` loads it). Outside, programs keep the composite ops: a saved
+    model then needs nothing but Paddle."""
+    before = _static_fusion[0]
+    _static_fusion[0] = enabled
+    try:
+        yield
+    finally:
+        _static_fusion[0] = before
+
+
+@paddle.jit.not_to_static
 def can_fuse(ids: paddle.Tensor, *weights: paddle.Tensor) -> bool:
     """Whether a lookup may take a fused kernel: dynamic graph, no gradient wanted, ids and float32
-    weights on the CPU, and the extension at hand."""
-    if not paddle.in_dynamic_mode() or not ids.place.is_cpu_place():
+    weights on the CPU, and the extension at hand; or a static program traced inside
+    ``fused_static_programs`` with float32 weights."""
+    if not paddle.in_dynamic_mode():
+        return _static_fusion[0] and all(w.dtype == paddle.float32 for w in weights) and fused_ops() is not None
+    if not ids.place.is_cpu_place():
         return False
     if paddle.is_grad_enabled() and not all(w.stop_gradient for w in weights):
         return False

@@ -219,20 +219,62 @@ std::vector<paddle::Tensor> MixedDimLookup(const paddle::Tensor& ids, const padd
   return {out};
 }
 
+// Shapes and dtypes for static programs (to_static, jit.save, Paddle Inference): ids [...] -> [..., width].
+std::vector<int64_t> WithWidth(std::vector<int64_t> shape, int64_t width) {
+  shape.push_back(width);
+  return shape;
+}
+
+std::vector<std::vector<int64_t>> QRShape(const std::vector<int64_t>& ids, const std::vector<int64_t>& quotient,
+                                          const std::vector<int64_t>& remainder, int64_t collisions, int operation,
+                                          bool has_padding, int64_t padding_idx) {
+  return {WithWidth(ids, operation == 2 ? 2 * quotient[1] : quotient[1])};
+}
+
+std::vector<std::vector<int64_t>> HashShape(const std::vector<int64_t>& ids, const std::vector<int64_t>& coefficients,
+                                            const std::vector<int64_t>& table, int64_t buckets, int combine,
+                                            bool has_padding, int64_t padding_idx) {
+  return {WithWidth(ids, combine == 2 ? coefficients[0] * table[1] : table[1])};
+}
+
+std::vector<std::vector<int64_t>> MixedDimShape(const std::vector<int64_t>& ids, const std::vector<int64_t>& rank,
+                                                const std::vector<int64_t>& block_starts,
+                                                const std::vector<std::vector<int64_t>>& tables,
+                                                const std::vector<std::vector<int64_t>>& projections, int64_t dim,
+                                                bool has_padding, int64_t padding_idx) {
+  return {WithWidth(ids, dim)};
+}
+
+std::vector<paddle::DataType> Float32Out3(const paddle::DataType&, const paddle::DataType&, const paddle::DataType&) {
+  return {paddle::DataType::FLOAT32};
+}
+
+std::vector<paddle::DataType> Float32OutMixed(const paddle::DataType&, const paddle::DataType&, const paddle::DataType&,
+                                              const std::vector<paddle::DataType>&,
+                                              const std::vector<paddle::DataType>&) {
+  return {paddle::DataType::FLOAT32};
+}
+
 PD_BUILD_OP(edo_qr_lookup)
     .Inputs({"Ids", "Quotient", "Remainder"})
     .Outputs({"Out"})
     .Attrs({"collisions: int64_t", "operation: int", "has_padding: bool", "padding_idx: int64_t"})
-    .SetKernelFn(PD_KERNEL(QRLookup));
+    .SetKernelFn(PD_KERNEL(QRLookup))
+    .SetInferShapeFn(PD_INFER_SHAPE(QRShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(Float32Out3));
 
 PD_BUILD_OP(edo_hash_lookup)
     .Inputs({"Ids", "Coefficients", "Table"})
     .Outputs({"Out"})
     .Attrs({"buckets: int64_t", "combine: int", "has_padding: bool", "padding_idx: int64_t"})
-    .SetKernelFn(PD_KERNEL(HashLookup));
+    .SetKernelFn(PD_KERNEL(HashLookup))
+    .SetInferShapeFn(PD_INFER_SHAPE(HashShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(Float32Out3));
 
 PD_BUILD_OP(edo_mixed_dim_lookup)
     .Inputs({"Ids", "Rank", "BlockStarts", paddle::Vec("Tables"), paddle::Vec("Projections")})
     .Outputs({"Out"})
     .Attrs({"dim: int64_t", "has_padding: bool", "padding_idx: int64_t"})
-    .SetKernelFn(PD_KERNEL(MixedDimLookup));
+    .SetKernelFn(PD_KERNEL(MixedDimLookup))
+    .SetInferShapeFn(PD_INFER_SHAPE(MixedDimShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(Float32OutMixed));

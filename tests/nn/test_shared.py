@@ -142,6 +142,38 @@ def test_shared_layers_export_to_inference(tmp_path):
         np.testing.assert_allclose(Predictor(prefix).run(ids), eager, atol=1e-6)
 
 
+@pytest.mark.parametrize("embedding", [{"type": "hash", "num_buckets": 100, "combine": "mean", "num_hashes": 3},
+                                       {"type": "hash", "num_buckets": 100}, {"type": "qr"}, {"type": "mixed_dim"}],
+                         ids=["hash mean of 3", "hash sum", "qr mult", "mixed_dim"])
+def test_exports_may_take_the_fused_kernels_for_cpu_serving(tmp_path, embedding):
+    from paddle_edo.export import uses_fused_kernels
+    from paddle_edo.models import DeepFM
+
+    fields = [FieldSpec("user", 3000), FieldSpec("tags", 40, max_len=3)]
+    frequencies = {"user": np.arange(3000)[::-1].astype(float), "tags": np.ones(40)}
+    ids = [np.array([1, 2, 2999, 0], dtype=np.int64),
+           np.array([[1, 2, 0], [3, 0, 0], [9, 8, 7], [0, 0, 0]], dtype=np.int64)]
+    model = DeepFM(fields, {"dim": 8, **embedding}, hidden_units=[8], frequencies=frequencies)
+    model.eval()
+    eager = model([paddle.to_tensor(i) for i in ids]).numpy()
+    fused = export_model(model, input_specs(fields), tmp_path / "fused" / "model", fused_kernels=True)
+    plain = export_model(model, input_specs(fields), tmp_path / "plain" / "model")
+    assert uses_fused_kernels(f"{fused}.pdmodel") and not uses_fused_kernels(f"{plain}.pdmodel")
+    np.testing.assert_allclose(Predictor(fused).run(ids), eager, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(Predictor(plain).run(ids), eager, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="fused_kernels = true: paddle_edo's fused lookups run on the CPU only"):
+        Predictor(fused, device="gpu")
+
+
+def test_a_fused_export_without_the_kernels_is_refused_clearly(tmp_path, monkeypatch):
+    import paddle_edo.export
+
+    monkeypatch.setattr(paddle_edo.export, "fused_ops", lambda: None)  # no C++ compiler here, say
+    with pytest.raises(RuntimeError, match="export.fused_kernels = true, but paddle_edo's kernels cannot be built"):
+        export_model(HashEmbedding(10, 4), [paddle.static.InputSpec([None], "int64")], tmp_path / "m",
+                     fused_kernels=True)
+
+
 def test_bad_arguments_name_the_argument():
     with pytest.raises(ValueError, match="num_collisions = 0 must be an integer >= 1"):
         QREmbedding(100, 8, num_collisions=0)
