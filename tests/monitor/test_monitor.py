@@ -384,8 +384,8 @@ def test_scalar_records_are_the_bytes_visualdl_writes():
     tags = [tag for tag, *_ in cases]
     for step, walltime, values in [(4, 8, [1.5] * 7), (5, 9, [case[1] for case in cases]), (300, 8, [-3.0] * 7)]:
         # the same tags again (a kept template), with other steps, times and values
-        expected = b"".join(struct.pack("<Q", len(data)) + data for data in
-                            (scalar(tag, value, step, walltime).SerializeToString() for tag, value in zip(tags, values)))
+        records = [scalar(tag, value, step, walltime).SerializeToString() for tag, value in zip(tags, values)]
+        expected = b"".join(struct.pack("<Q", len(data)) + data for data in records)
         assert encoder.encode(list(zip(tags, values)), step, walltime) == expected, step
 
 

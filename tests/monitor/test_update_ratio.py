@@ -28,8 +28,8 @@ def test_saved_rows_give_the_direct_update_ratio(monkeypatch, how):
     if how == "without the kernel":
         monkeypatch.setitem(kernels._functions, "edo_save_rows", None)
     by_lookup = how == "copied as looked up"
-    saved = SavedRows([(i, table, (looked_up if by_lookup else distinct)[table.name]) for i, table in enumerate(tables)],
-                      distinct=not by_lookup)
+    rows = looked_up if by_lookup else distinct
+    saved = SavedRows([(i, table, rows[table.name]) for i, table in enumerate(tables)], distinct=not by_lookup)
     assert len(saved.in_place) == (3 if how == "in place" else 0)
     before = {table.name: table.layer.weight.numpy() for table in tables}
     with paddle.no_grad():  # an optimizer step, in place, that touches other rows too
