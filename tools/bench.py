@@ -181,9 +181,10 @@ def shared_benchmark(data: list[str] | None = None, names: set[str] | None = Non
 
 def shared_lookup_benchmark(rows: int, dim: int, batch: int, fields: int, alpha: float, repeats: int,
                             threads: int) -> dict:
-    """Lookup time of each row-sharing layer against paddle.nn.Embedding fp32 on the same Zipf ids, in
-    two modes side by side: forward passes that need no gradient (evaluation, serving: the fused kernels
-    on the CPU) and forward passes recorded for training (composite ops, sparse row gradients)."""
+    """Lookup time of each row-sharing layer against paddle.nn.Embedding fp32 on the same Zipf ids, side by
+    side in each mode: dygraph forward passes that need no gradient (evaluation, serving: the fused
+    kernels on the CPU), dygraph forward passes recorded for training (composite ops, sparse row
+    gradients), and on the CPU Paddle Inference over saved programs with composite and with fused ops."""
     from paddle_edo.kernels import fused_ops
     from paddle_edo.nn import ClusteredEmbedding, HashEmbedding, MixedDimEmbedding, QREmbedding
 

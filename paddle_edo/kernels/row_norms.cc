@@ -16,7 +16,7 @@
 namespace {
 
 // The distinct rows other than padding (ascending), and for each lookup the index of its row among them
-// (-1: padding). A table of flags when the rows span a range not much larger than the lookups (small
+// (-1: padding). An index over the rows' span when it is not much larger than the lookups (small
 // tables, or ids that are frequent), a sort and binary searches otherwise.
 void DistinctRows(const int64_t* row, int64_t length, int64_t padding, std::vector<int64_t>* distinct,
                   std::vector<int64_t>* slot) {

@@ -65,10 +65,13 @@ class SavedRows:
 
     def __init__(self, tables: list[tuple[int, Any, np.ndarray]], distinct: bool) -> None:
         save = c_function("edo_save_rows") if distinct else None
-        in_place = [(index, table, rows) for index, table, rows in tables if save is not None and table.read.on_host]
+        in_place, self.copied = [], []
+        for index, table, rows in tables:
+            if save is not None and table.read.on_host:
+                in_place.append((index, table, rows))
+            else:
+                self.copied.append((index, table, *copy_rows(table, rows), rows))
         self.in_place = [(index, table) for index, table, _ in in_place]
-        self.copied = [(index, table, *copy_rows(table, rows), rows) for index, table, rows in tables
-                       if save is None or not table.read.on_host]
         if not in_place:
             return
         # every array the kernel reads is held by a name until the ratios are taken
