@@ -9,11 +9,13 @@ byte for byte): building a protobuf message per scalar costs more than the rest 
 """
 from __future__ import annotations
 
+import atexit
 import os
 import struct
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +174,7 @@ class BufferedLogWriter(LogWriter):
         self._pending_lock = threading.Lock()
         super().__init__(logdir=logdir, flush_secs=flush_secs, **kwargs)
         self._scalar_records = ScalarRecords()
+        atexit.register(_flush_at_exit, weakref.ref(self))
 
     def add_scalars_of_step(self, scalars: list[tuple[str, float]], step: int) -> None:
         """``add_scalar`` for many tags of one step (what a monitor logs per step). The list is kept until
@@ -206,12 +209,22 @@ class BufferedLogWriter(LogWriter):
         return self._record_file()
 
     def flush(self) -> None:
-        self._get_file_writer()
+        with self._pending_lock:
+            self._write_pending()
         super().flush()
 
     def close(self) -> None:
-        self._get_file_writer()
+        with self._pending_lock:
+            self._write_pending()
         super().close()
+
+
+def _flush_at_exit(writer: weakref.ref) -> None:
+    """A process that ends without ``flush`` or ``close`` (a run that failed) still writes its kept
+    scalars: the steps before a failure are the ones worth seeing."""
+    alive = writer()
+    if alive is not None:
+        alive.flush()
 
 
 def open_log_writer(logdir: str | Path) -> BufferedLogWriter:

@@ -404,3 +404,19 @@ def test_kept_scalars_are_written_before_later_records_and_on_flush(tmp_path):
     with open(next((tmp_path / "vdl").glob("vdlrecords.*.log")), "rb") as f:
         data = f.read()
     assert data.index(b"later") > data.rindex(b"\x12\x01b")  # the text after the scalars before it
+
+
+def test_kept_scalars_reach_the_file_when_a_run_ends_without_flushing(tmp_path):
+    import subprocess
+    import sys
+
+    script = ("from paddle_edo.monitor.writer import open_log_writer\n"
+              f"writer = open_log_writer({str(tmp_path / 'vdl')!r})\n"
+              "for step in (1, 2, 3):\n"
+              "    writer.add_scalars_of_step([('loss', step / 4)], step)\n"
+              "raise SystemExit('the run failed')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 1 and "the run failed" in done.stderr
+    _, series = read(tmp_path / "vdl")
+    assert {step: r.value for step, r in series("scalar", "loss").items()} == {1: 0.25, 2: 0.5, 3: 0.75}
