@@ -157,6 +157,21 @@ def test_logging_every_n_steps_still_counts_coverage_every_step(tmp_path):
     assert monitor.coverage("users") == pytest.approx(100.0 * len(seen) / 99)
 
 
+def test_steps_logged_without_step_end_are_still_written(tmp_path):
+    model = Model()
+    writer = open_log_writer(tmp_path / "vdl")
+    monitor = SparseGradMonitor(writer, every_n_steps=1)
+    for step in (1, 2):  # by hand, with no step_end (so no update-to-weight ratio)
+        model(paddle.to_tensor([[step, 3]]), paddle.ones([1, 2, 4])).backward()
+        monitor.step(model, step)
+        model.clear_gradients()
+    monitor.wait()
+    writer.close()
+    tags, series = read(tmp_path / "vdl")
+    assert {step: r.value for step, r in series("scalar", "sparse/users/rows_touched").items()} == {1: 2, 2: 2}
+    assert "sparse/users/update_to_weight" not in tags["scalar"]
+
+
 def test_low_precision_tables_are_monitored_through_their_row_gradients(tmp_path):
     table = QuantizedEmbedding(30, 4, "int8", mode="low_precision", padding_idx=0)
     table.configure_row_optimizer("sgd")
