@@ -74,7 +74,7 @@ def address(array: np.ndarray) -> int:
     third of the time of ``array.ctypes.data``, which a logged step calls dozens of times)."""
     try:
         return ctypes.addressof(ctypes.c_char.from_buffer(array))
-    except (TypeError, ValueError):  # read-only or empty
+    except (TypeError, ValueError):  # read-only or empty (callers pass C-contiguous arrays only)
         return array.ctypes.data
 
 
