@@ -1,6 +1,7 @@
 """Checkpoints written atomically: a temporary file beside the target, flushed, then renamed over it."""
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,18 @@ from .nn.cached import load_model_with_caches
 
 class CheckpointError(RuntimeError):
     pass
+
+
+class DivergedError(RuntimeError):
+    """The loss became NaN or infinite: raised before a checkpoint is written, so the last one stays."""
+
+
+def check_finite(loss: float, where: str) -> None:
+    """Refuse to save (and go on) with a NaN or infinite mean loss; ``where`` names the trainer and step."""
+    if not math.isfinite(loss):
+        raise DivergedError(f"{where}: the mean loss is {loss}; training stopped before saving, so the last "
+                            f"checkpoint stays as it was (lower train.learning_rate, or watch the gradients with "
+                            f"monitor.enable: true)")
 
 
 def save_checkpoint(state: dict[str, Any], path: str | Path) -> Path:

@@ -15,7 +15,7 @@ from paddle.utils import unique_name
 
 from . import runtime
 from .callbacks import Callback
-from .checkpoint import CheckpointError, load_checkpoint, load_model_state, save_checkpoint
+from .checkpoint import CheckpointError, check_finite, load_checkpoint, load_model_state, save_checkpoint
 from .config import checkpoint_difference, checkpoint_sections, dump_config
 from .data import CTRBatches, CTRTable, count_frequencies, load_dataset, make_loader
 from .memory import embedding_layers, memory_report
@@ -241,7 +241,10 @@ class Engine:
                 cb.on_step_end(self, self.global_step, logs)
             every = train["checkpoint_every_steps"]
             if every and self.global_step % every == 0 and self.step_in_epoch < len(batches):
+                check_finite(float(np.mean(losses)), f"training, epoch {self.epoch + 1} step {self.step_in_epoch}")
                 self.save()
+        if losses:
+            check_finite(float(np.mean(losses)), f"training, epoch {self.epoch + 1}")
         return {"loss": float(np.mean(losses)) if losses else float("nan"), "seconds": time.perf_counter() - start}
 
     def _train_step(self, batch: dict[str, paddle.Tensor], following: dict[str, np.ndarray] | None = None

@@ -3,7 +3,7 @@ import paddle
 import pytest
 
 import paddle_edo.checkpoint as checkpoint_module
-from paddle_edo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from paddle_edo.checkpoint import CheckpointError, DivergedError, load_checkpoint, save_checkpoint
 from paddle_edo.data import make_synthetic_ctr
 from paddle_edo.engine import Callback, Engine, build_optimizer
 from paddle_edo.metrics import auc
@@ -84,6 +84,16 @@ def test_an_interrupted_save_keeps_the_last_good_checkpoint(synthetic_config, mo
     assert path.read_bytes() == before
     assert load_checkpoint(path)["epoch"] == 1
     assert sorted(p.name for p in path.parent.iterdir()) == ["last.pdckpt"]
+
+
+@pytest.mark.parametrize("every", [0, 10], ids=["at the epoch's end", "at a mid-epoch checkpoint"])
+def test_a_diverged_run_stops_before_saving(synthetic_config, every):
+    engine = Engine(synthetic_config(epochs=2, optimizer="sgd", learning_rate=1e30, checkpoint_every_steps=every))
+    where = "epoch 1 step 10" if every else "epoch 1"
+    with pytest.raises(DivergedError, match=f"training, {where}: the mean loss is nan; training stopped before "
+                                            f"saving, so the last checkpoint stays as it was"):
+        engine.fit()
+    assert not engine.checkpoint_path.exists()
 
 
 def test_resuming_with_another_model_config_is_refused(tmp_path):

@@ -32,9 +32,10 @@ def log_to_console() -> None:
 
 @contextlib.contextmanager
 def fail_cleanly() -> Iterator[None]:
-    """Turn the toolkit's input errors into one line on stderr and exit status 2; log to the console."""
+    """Turn the toolkit's input errors into one line on stderr and exit status 2 (a diverged run: status 1);
+    log to the console."""
     log_to_console()
-    from paddle_edo.checkpoint import CheckpointError
+    from paddle_edo.checkpoint import CheckpointError, DivergedError
     from paddle_edo.data import DataError
     from paddle_edo.monitor import MonitorError
     from paddle_edo.schema import ConfigError
@@ -44,6 +45,9 @@ def fail_cleanly() -> Iterator[None]:
     except (ConfigError, DataError, CheckpointError, MonitorError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except DivergedError as exc:  # not an input error: the run failed
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
 
 
 def results_table(config: dict[str, Any], results: dict[str, float], report: Any,

@@ -24,7 +24,7 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from ..checkpoint import CheckpointError, save_checkpoint
+from ..checkpoint import CheckpointError, check_finite, save_checkpoint
 from ..config import checkpoint_difference, checkpoint_sections
 from ..data import CTRBatches, load_dataset
 from ..metrics import accuracy, auc, logloss
@@ -215,6 +215,7 @@ class PSJob:
                     pull_dense()
             history.append(float(np.mean(losses)))
             logger.info("%s: epoch %d/%d  loss %.4f", self.role, epoch + 1, train["epochs"], history[-1])
+            check_finite(history[-1], f"{self.role}, epoch {epoch + 1}")
             if self.monitor is not None:
                 self.monitor.log_never_updated(step)
             self._save(exe, epoch + 1, history)
