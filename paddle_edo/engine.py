@@ -243,9 +243,10 @@ class Engine:
             if every and self.global_step % every == 0 and self.step_in_epoch < len(batches):
                 check_finite(float(np.mean(losses)), f"training, epoch {self.epoch + 1} step {self.step_in_epoch}")
                 self.save()
+        loss = float(np.mean(losses)) if losses else float("nan")  # (no batches left to run: nothing diverged)
         if losses:
-            check_finite(float(np.mean(losses)), f"training, epoch {self.epoch + 1}")
-        return {"loss": float(np.mean(losses)) if losses else float("nan"), "seconds": time.perf_counter() - start}
+            check_finite(loss, f"training, epoch {self.epoch + 1}")
+        return {"loss": loss, "seconds": time.perf_counter() - start}
 
     def _train_step(self, batch: dict[str, paddle.Tensor], following: dict[str, np.ndarray] | None = None
                     ) -> float:

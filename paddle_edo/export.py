@@ -44,7 +44,8 @@ def export_model(model: paddle.nn.Layer, specs: Sequence[paddle.static.InputSpec
 
 def uses_fused_kernels(model_file: str | Path) -> bool:
     """Whether a saved program holds paddle_edo's fused lookup operators."""
-    return any(op.encode() in Path(model_file).read_bytes() for op in FUSED_OPS)
+    program = Path(model_file).read_bytes()
+    return any(op.encode() in program for op in FUSED_OPS)
 
 
 class Predictor:

@@ -389,9 +389,9 @@ class SparseGradMonitor(Callback):
         scalars = []
         for name in self.coverage_tracker.tracked:
             count, share = self.never_updated(name)
-            scalars.append((f"sparse/{name}/never_updated_rows", count))
+            scalars.append((self._tag(name, "never_updated_rows"), count))
             if share is not None:
-                scalars.append((f"sparse/{name}/never_updated_lookup_share_pct", share))
+                scalars.append((self._tag(name, "never_updated_lookup_share_pct"), share))
         self._write(scalars, step)
 
     def _table_figures(self, table: _GradientTable, summary: GradientSummary, step: int) -> list[tuple[str, float]]:
