@@ -184,9 +184,11 @@ def shared_lookup_benchmark(rows: int, dim: int, batch: int, fields: int, alpha:
     """Lookup time of each row-sharing layer against paddle.nn.Embedding fp32 on the same Zipf ids, side by
     side in each mode: dygraph forward passes that need no gradient (evaluation, serving: the fused
     kernels on the CPU), dygraph forward passes recorded for training (composite ops, sparse row
-    gradients), and on the CPU Paddle Inference over saved programs with composite and with fused ops."""
+    gradients, lookups through the batch's distinct ids), whole training steps (that forward pass, its
+    backward pass from a fixed upstream gradient, and a lazy Adam step), and on the CPU Paddle Inference
+    over saved programs with composite and with fused ops."""
     from paddle_edo.kernels import fused_ops
-    from paddle_edo.nn import ClusteredEmbedding, HashEmbedding, MixedDimEmbedding, QREmbedding
+    from paddle_edo.nn import ClusteredEmbedding, DenseEmbedding, HashEmbedding, MixedDimEmbedding, QREmbedding
 
     paddle.seed(0)
     ids = paddle.to_tensor(zipf_ids(rows, (batch, fields), alpha, np.random.default_rng(0)))
@@ -194,25 +196,37 @@ def shared_lookup_benchmark(rows: int, dim: int, batch: int, fields: int, alpha:
     shared_rows = rows // 100
     mapping = np.random.default_rng(1).integers(0, shared_rows, rows)
     layers = {"fp32": paddle.nn.Embedding(rows, dim, sparse=True),
+              "dense (fp32, deduplicated)": DenseEmbedding(rows, dim),
               "hash (rows/10, 2 hashes)": HashEmbedding(rows // 10, dim),
               "qr (m = sqrt(N))": QREmbedding(rows, dim, int(np.sqrt(rows))),
               "mixed_dim (4 blocks)": MixedDimEmbedding(rows, dim, frequencies),
               "clustered (rows/100)": ClusteredEmbedding(rows, dim, mapping,
                                                          np.zeros((shared_rows, dim), np.float32))}
     sync = paddle.device.synchronize if gpu_available() else None
+    upstream = paddle.randn([batch, fields, dim])
+    optimizers = {name: paddle.optimizer.Adam(1e-3, parameters=layer.parameters(), lazy_mode=True)
+                  for name, layer in layers.items()}
 
     def without_gradient(layer):
         with paddle.no_grad():
             return layer(ids)
 
+    def training_step(name):
+        (layers[name](ids) * upstream).sum().backward()
+        optimizers[name].step()
+        optimizers[name].clear_grad()
+
     ms = {"no gradient": side_by_side({name: (lambda layer=layer: without_gradient(layer))
                                        for name, layer in layers.items()}, repeats, sync=sync),
-          "training": side_by_side({name: (lambda layer=layer: layer(ids)) for name, layer in layers.items()},
-                                   repeats, sync=sync)}
+          "training forward": side_by_side({name: (lambda layer=layer: layer(ids)) for name, layer in layers.items()},
+                                           repeats, sync=sync),
+          "training step": side_by_side({name: (lambda name=name: training_step(name)) for name in layers},
+                                        repeats, sync=sync)}
     if not gpu_available():  # Paddle Inference on the CPU: saved programs with composite ops, and with fused ones
         ms.update(inference_lookup_times(layers, ids.numpy(), repeats, threads))
     return {"settings": {"rows": rows, "dim": dim, "ids": [batch, fields], "zipf_alpha": alpha, "repeats": repeats,
-                         "malloc": MALLOC, "fused_kernels": fused_ops() is not None and not gpu_available()},
+                         "malloc": MALLOC, "fused_kernels": fused_ops() is not None and not gpu_available(),
+                         "training step": "sum(out x fixed upstream) backward, Adam(lazy_mode=True) step"},
             "ms": ms, "speed_vs_fp32": {mode: {k: times["fp32"] / v for k, v in times.items()}
                                         for mode, times in ms.items()}}
 

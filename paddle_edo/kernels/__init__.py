@@ -1,5 +1,6 @@
-"""Native CPU kernels: fused lookups for the shared tables (Paddle custom operators, lookups.cc) and the
-monitor's row-gradient summaries (a C function called through ctypes, row_norms.cc), built as one extension.
+"""Native CPU kernels: fused lookups for the shared tables (Paddle custom operators, lookups.cc), the
+distinct ids of a batch for deduplicated training lookups (a custom operator, unique_ids.cc) and the
+monitor's row-gradient summaries (C functions called through ctypes, row_norms.cc), built as one extension.
 
 The composite Paddle ops stay the reference, and the path for training (sparse row gradients),
 accelerators, and static programs and exports by default (a saved model needs nothing but Paddle). A
@@ -30,7 +31,7 @@ import paddle
 
 logger = logging.getLogger("paddle_edo")
 
-SOURCES = [Path(__file__).with_name("lookups.cc"), Path(__file__).with_name("row_norms.cc")]
+SOURCES = [Path(__file__).with_name(name) for name in ("lookups.cc", "unique_ids.cc", "row_norms.cc")]
 NAME = "paddle_edo_lookups"
 FLAGS = ["-O3", "-fopenmp"]
 _loaded: dict[str, tuple[ModuleType, Path] | None] = {}

@@ -86,6 +86,11 @@ class EmbeddingBase(paddle.nn.Layer):
         self.check_ids(ids)
         return self.lookup(ids)
 
+    def lookup_columns(self, ids: paddle.Tensor) -> list[paddle.Tensor]:
+        """One lookup per column of ``ids`` [..., k] (several ids per position, as hashing makes):
+        k tensors [..., embedding_dim]. Tables with sparse gradients may serve them as one lookup."""
+        return [self(column) for column in paddle.unbind(ids, axis=-1)]
+
     def check_ids(self, ids: paddle.Tensor) -> None:
         """Refuse float ids always, and ids out of [0, num_embeddings) when values are known."""
         self.check_id_dtype(ids)

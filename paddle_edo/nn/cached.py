@@ -17,6 +17,7 @@ from ..cache.host import HOST_KINDS
 from ..cache.policies import POLICIES
 from ..schema import ConfigError, Option
 from .base import EmbeddingBase
+from .dedup import deduplicated_lookup
 from .dense import DenseEmbedding
 from .registry import register_embedding
 
@@ -62,13 +63,16 @@ class CachedEmbedding(EmbeddingBase):
         "host": Option("memory", str, choices=HOST_KINDS, doc="where the full table lives"),
         "path": Option(None, str, nullable=True, doc="folder for the table files when host: mmap"),
         "prefetch": Option(True, bool, doc="read the next batch's missing rows on a background thread"),
+        "deduplicate": Option(True, bool, doc="training lookups go through the batch's distinct ids"),
     }
 
     def __init__(self, num_embeddings: int, embedding_dim: int, cache_rows: int | None = None,
                  cache_ratio: float = 0.2, policy: str = "lru", host: str = "memory", path: str | Path | None = None,
                  prefetch: bool = True, padding_idx: int | None = None, sparse: bool = True,
-                 check_ids: bool = True, init_std: float = 0.01, reopen: bool = True) -> None:
+                 check_ids: bool = True, init_std: float = 0.01, reopen: bool = True,
+                 deduplicate: bool = True) -> None:
         super().__init__(num_embeddings, embedding_dim, padding_idx, sparse, check_ids)
+        self.deduplicate = bool(deduplicate)
         name = self.label
         if not self.sparse:
             raise ValueError(f"{name}: sparse = False is not supported: the cache trains with sparse row gradients")
@@ -214,6 +218,8 @@ class CachedEmbedding(EmbeddingBase):
         taken = self.prefetcher.take(host_ids) if self.prefetcher is not None else None
         slots = self._admit(flat, training, taken)
         slot_ids = paddle.to_tensor(slots.reshape(host_ids.shape), place=self.cache.place)
+        if training and self.deduplicate:  # the cache's gradient then holds each slot once (dedup.py)
+            return deduplicated_lookup(slot_ids, self.cache, self._padding_slot)
         return F.embedding(slot_ids, self.cache, padding_idx=self._padding_slot, sparse=True)
 
     def prefetch(self, ids: paddle.Tensor | np.ndarray) -> None:
@@ -338,7 +344,8 @@ class CachedEmbedding(EmbeddingBase):
         """A DenseEmbedding holding the full table (for export and serving)."""
         self.flush()
         dense = DenseEmbedding(self.num_embeddings, self.embedding_dim, padding_idx=self.padding_idx,
-                               sparse=True, check_ids=self.check_ids_enabled, init_std=0.0)
+                               sparse=True, check_ids=self.check_ids_enabled, init_std=0.0,
+                               deduplicate=self.deduplicate)
         dense.weight.set_value(np.ascontiguousarray(self.host.column("weight")))
         return dense
 

@@ -25,20 +25,21 @@ def read(logdir):
 
 
 class Model(paddle.nn.Layer):
-    def __init__(self, dim=4, sparse=True):
+    def __init__(self, dim=4, sparse=True, deduplicate=False):
         super().__init__()
-        self.users = DenseEmbedding(100, dim, padding_idx=0, sparse=sparse, init_std=0.1)
+        self.users = DenseEmbedding(100, dim, padding_idx=0, sparse=sparse, init_std=0.1, deduplicate=deduplicate)
 
     def forward(self, ids, weights):
         return (self.users(ids) * weights).sum()
 
 
-def planted_run(tmp_path, steps=12, sparse=True, plant=None, every=1, factor=10.0, lookups=None, background=False):
+def planted_run(tmp_path, steps=12, sparse=True, plant=None, every=1, factor=10.0, lookups=None, background=False,
+                deduplicate=False):
     """SGD on rows 1..49 only; returns (model, monitor, logdir). Row gradient of row r at a step is
     weight x (lookups of r) in every dimension. ``lookups(ids)``: the ids passed to the monitor as the
     table's lookups, as the engine passes a batch's ids."""
     paddle.seed(0)
-    model = Model(sparse=sparse)
+    model = Model(sparse=sparse, deduplicate=deduplicate)
     optimizer = paddle.optimizer.SGD(0.1, parameters=model.parameters())
     logdir = tmp_path / "vdl"
     writer = open_log_writer(logdir)
@@ -74,20 +75,23 @@ def expected_norms(ids, weights):
     return np.array([np.linalg.norm(g) for g in grads.values()])
 
 
-@pytest.mark.parametrize("lookups, rows_are_lookups, background, native", [
-    (None, None, False, True), (lambda ids: ids, True, False, True), (lambda ids: ids[::-1].copy(), False, False, True),
-    (lambda ids: ids, True, True, True), (lambda ids: ids, True, False, False)],
+@pytest.mark.parametrize("lookups, rows_are_lookups, background, native, deduplicate", [
+    (None, None, False, True, False), (lambda ids: ids, True, False, True, False),
+    (lambda ids: ids[::-1].copy(), False, False, True, False), (lambda ids: ids, True, True, True, False),
+    (lambda ids: ids, True, False, False, False), (lambda ids: ids, None, False, True, True)],
     ids=["rows read", "rows known from the lookups", "lookups in another order", "on the worker thread",
-         "without the native kernels"])
+         "without the native kernels", "deduplicated lookups"])
 def test_logged_values_equal_the_planted_gradients(tmp_path, monkeypatch, lookups, rows_are_lookups, background,
-                                                   native):
+                                                   native, deduplicate):
     from paddle_edo import kernels
 
     if not native:
         for name in kernels._C_FUNCTIONS:
             monkeypatch.setitem(kernels._functions, name, None)
-    _, monitor, logdir, history = planted_run(tmp_path, lookups=lookups, background=background)
-    # the gradient's rows are read back once; the lookups stand in for them only if they were equal
+    _, monitor, logdir, history = planted_run(tmp_path, lookups=lookups, background=background,
+                                              deduplicate=deduplicate)
+    # the gradient's rows are read back once; the lookups stand in for them only if they were equal (a
+    # deduplicated table's gradient has fewer rows than lookups: they are read)
     assert monitor.tables[0].read.rows_are_lookups is rows_are_lookups
     tags, series = read(logdir)
     assert "sparse/users/grad_norm_max" in tags["scalar"] and "sparse/users/grad_norm" in tags["histogram"]

@@ -1,0 +1,71 @@
+// The distinct ids of a batch, sorted, and for each lookup the index of its id among them: a sparse-gradient
+// table then looks up and sends back each row once, and in increasing order, which Paddle's Adam takes
+// without merging rows. Paddle's CPU unique sorts all the ids (33 ms for 106,496); this finds the
+// distinct ones in one pass of an open-addressing hash table and sorts only those.
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "paddle/extension.h"
+
+namespace {
+
+constexpr int64_t kEmpty = -1;  // a free slot of the hash table (slots hold positions in the output)
+
+inline uint64_t Slot(int64_t id, int shift) {
+  return (static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ULL) >> shift;  // Fibonacci hashing
+}
+
+}  // namespace
+
+std::vector<paddle::Tensor> UniqueIds(const paddle::Tensor& ids) {
+  PD_CHECK(ids.is_cpu(), "ids must be on the CPU");
+  PD_CHECK(ids.dtype() == paddle::DataType::INT64, "ids must be int64");
+  const int64_t n = ids.numel();
+  int bits = 1;
+  while ((int64_t{1} << bits) < 2 * n) ++bits;  // at most half full
+  const int shift = 64 - bits;
+  const uint64_t mask = (uint64_t{1} << bits) - 1;
+  std::vector<int64_t> slots(uint64_t{1} << bits, kEmpty);
+  std::vector<int64_t> distinct;
+  distinct.reserve(n);
+  paddle::Tensor inverse = paddle::empty(ids.shape(), paddle::DataType::INT64, paddle::CPUPlace());
+  const int64_t* id = ids.data<int64_t>();
+  int64_t* index = inverse.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t s = Slot(id[i], shift);
+    while (slots[s] != kEmpty && distinct[slots[s]] != id[i]) s = (s + 1) & mask;
+    if (slots[s] == kEmpty) {
+      slots[s] = static_cast<int64_t>(distinct.size());
+      distinct.push_back(id[i]);
+    }
+    index[i] = slots[s];
+  }
+  const int64_t u = static_cast<int64_t>(distinct.size());
+  std::vector<std::pair<int64_t, int64_t>> by_id(u);  // (id, position in order of first use)
+  for (int64_t k = 0; k < u; ++k) by_id[k] = {distinct[k], k};
+  std::sort(by_id.begin(), by_id.end());
+  paddle::Tensor unique = paddle::empty({u}, paddle::DataType::INT64, paddle::CPUPlace());
+  int64_t* sorted = unique.data<int64_t>();
+  std::vector<int64_t> sorted_position(u);
+  for (int64_t k = 0; k < u; ++k) {
+    sorted[k] = by_id[k].first;
+    sorted_position[by_id[k].second] = k;
+  }
+  for (int64_t i = 0; i < n; ++i) index[i] = sorted_position[index[i]];
+  return {unique, inverse};
+}
+
+std::vector<std::vector<int64_t>> UniqueIdsShape(const std::vector<int64_t>& ids) { return {{-1}, ids}; }
+
+std::vector<paddle::DataType> UniqueIdsDtype(const paddle::DataType&) {
+  return {paddle::DataType::INT64, paddle::DataType::INT64};
+}
+
+PD_BUILD_OP(edo_unique_ids)
+    .Inputs({"Ids"})
+    .Outputs({"Unique", "Inverse"})
+    .SetKernelFn(PD_KERNEL(UniqueIds))
+    .SetInferShapeFn(PD_INFER_SHAPE(UniqueIdsShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(UniqueIdsDtype));
