@@ -11,6 +11,7 @@ from ..quant import codecs
 from ..quant.formats import FORMATS, QuantFormat, get_format
 from ..schema import ConfigError, Option
 from .base import EmbeddingBase, table_settings
+from .dedup import unique_ids
 from .registry import register_embedding
 
 MODES = ("ptq", "qat", "low_precision")
@@ -153,11 +154,11 @@ class QuantizedEmbedding(EmbeddingBase):
         if self.row_optimizer is None:
             raise RuntimeError(f"{self.full_name()}: call configure_row_optimizer('sgd' or 'adagrad') before "
                                f"training a low_precision table")
-        unique, inverse = paddle.unique(ids.flatten(), return_inverse=True)
+        unique, inverse = unique_ids(ids)
         rows = self.decode_rows(unique)
         rows.stop_gradient = False
         self._touched.append((unique, rows))
-        return F.embedding(inverse.reshape(ids.shape), rows)
+        return F.embedding(inverse, rows)
 
     # ------------------------------------------------------------ training
     def configure_row_optimizer(self, name: str) -> None:
