@@ -17,6 +17,12 @@ import paddle.nn.functional as F
 from ..kernels import fused_ops
 
 
+def deduplicating(weight: paddle.Tensor, sparse: bool) -> bool:
+    """Whether a lookup into ``weight`` is worth taking through the distinct ids: a sparse gradient is
+    wanted, in dynamic graph (static programs and exports keep the plain lookup)."""
+    return sparse and paddle.in_dynamic_mode() and paddle.is_grad_enabled() and not weight.stop_gradient
+
+
 def unique_ids(ids: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
     """(distinct ids [U] int64 in increasing order, the index of each id among them, shaped like ``ids``):
     the native kernel on the CPU, ``paddle.unique`` elsewhere."""

@@ -6,7 +6,7 @@ import paddle.nn.functional as F
 
 from ..schema import Option
 from .base import EmbeddingBase
-from .dedup import deduplicated_lookup, distinct_rows, unique_ids
+from .dedup import deduplicated_lookup, deduplicating, distinct_rows, unique_ids
 from .registry import register_embedding
 
 
@@ -45,8 +45,7 @@ class DenseEmbedding(EmbeddingBase):
 
     def deduplicates(self) -> bool:
         """Whether lookups now go through the distinct ids: sparse gradients wanted, in dynamic graph."""
-        return (self.deduplicate and self.sparse and paddle.in_dynamic_mode() and paddle.is_grad_enabled()
-                and not self.weight.stop_gradient)
+        return self.deduplicate and deduplicating(self.weight, self.sparse)
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
         if not self.deduplicates():

@@ -11,7 +11,7 @@ from ..quant import codecs
 from ..quant.formats import FORMATS, QuantFormat, get_format
 from ..schema import ConfigError, Option
 from .base import EmbeddingBase, table_settings
-from .dedup import unique_ids
+from .dedup import deduplicating, distinct_rows, unique_ids
 from .registry import register_embedding
 
 MODES = ("ptq", "qat", "low_precision")
@@ -41,12 +41,15 @@ class QuantizedEmbedding(EmbeddingBase):
         "dtype": Option("int8", str, choices=tuple(FORMATS), doc="storage format"),
         "mode": Option("ptq", str, choices=MODES, doc="how the table trains"),
         "init_std": Option(0.01, float, low=0.0, doc="std of the normal initialiser"),
+        "deduplicate": Option(True, bool, doc="training lookups go through the batch's distinct ids"),
     }
 
     def __init__(self, num_embeddings: int, embedding_dim: int, dtype: str = "int8",
                  padding_idx: int | None = None, sparse: bool = True, mode: str = "ptq", check_ids: bool = True,
-                 init_std: float = 0.01, weight: paddle.Tensor | None = None, packed: bool | None = None) -> None:
+                 init_std: float = 0.01, weight: paddle.Tensor | None = None, packed: bool | None = None,
+                 deduplicate: bool = True) -> None:
         super().__init__(num_embeddings, embedding_dim, padding_idx, sparse, check_ids)
+        self.deduplicate = bool(deduplicate)
         name = type(self).__name__
         self.format: QuantFormat = get_format(dtype, f"{name}: dtype")
         if mode not in MODES:
@@ -143,11 +146,17 @@ class QuantizedEmbedding(EmbeddingBase):
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
         if not self.packed:
-            rows = F.embedding(ids, self.weight, padding_idx=self.padding_idx, sparse=self.sparse)
-            return codecs.fake_quantize(rows, self.format) if self.mode == "qat" else rows
+            if self.deduplicate and deduplicating(self.weight, self.sparse):  # fake-quantizes each row once
+                unique, inverse = unique_ids(ids)
+                return F.embedding(inverse, self._master_rows(distinct_rows(unique, self.weight, self.padding_idx)))
+            return self._master_rows(F.embedding(ids, self.weight, padding_idx=self.padding_idx, sparse=self.sparse))
         if self.mode == "low_precision" and self.training and paddle.in_dynamic_mode():
             return self._lookup_for_update(ids)
         return self.decode_rows(ids)
+
+    def _master_rows(self, rows: paddle.Tensor) -> paddle.Tensor:
+        """Rows of the fp32 master table as training sees them: fake-quantized in QAT."""
+        return codecs.fake_quantize(rows, self.format) if self.mode == "qat" else rows
 
     def _lookup_for_update(self, ids: paddle.Tensor) -> paddle.Tensor:
         """Decode each distinct row once as a leaf tensor whose gradient apply_row_updates reads."""

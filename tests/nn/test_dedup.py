@@ -5,7 +5,7 @@ import pytest
 
 from paddle_edo import kernels
 from paddle_edo.nn import (CachedEmbedding, DenseEmbedding, HashEmbedding, MixedDimEmbedding, QREmbedding,
-                           bind_optimizer)
+                           QuantizedEmbedding, bind_optimizer)
 from paddle_edo.nn.dedup import unique_ids
 
 
@@ -59,7 +59,9 @@ def layers():
             "hash": lambda: HashEmbedding(37, 8, padding_idx=0),
             "qr": lambda: QREmbedding(200, 8, 15, padding_idx=0),
             "mixed_dim": lambda: MixedDimEmbedding(200, 8, frequencies, padding_idx=0),
-            "cached": lambda: CachedEmbedding(200, 8, cache_rows=120, padding_idx=0, init_std=0.5)}
+            "cached": lambda: CachedEmbedding(200, 8, cache_rows=120, padding_idx=0, init_std=0.5),
+            "int8 qat": lambda: QuantizedEmbedding(200, 8, "int8", padding_idx=0, mode="qat", init_std=0.5),
+            "int4 ptq": lambda: QuantizedEmbedding(200, 8, "int4", padding_idx=0, mode="ptq", init_std=0.5)}
 
 
 def train(name, deduplicate, optimizer, steps=6):
