@@ -24,7 +24,7 @@ setup(
         "cpu": ["paddlepaddle==2.6.2"],
         "gpu": ["paddlepaddle-gpu==2.6.2"],
         "test": ["pytest>=7"],
-        "faiss": ["faiss-cpu"],  # ClusteredEmbedding uses faiss.Kmeans when present, numpy otherwise
+        "faiss": ["faiss-cpu"],  # ClusteredEmbedding's K-Means runs on faiss when present, numpy otherwise
         # paddlenlp 2.8.1 beside Paddle 2.6: newer releases of these break its import (zlib clashes with
         # libpaddle's own copy, API changes); measured in a fresh venv
         "nlp": ["paddlenlp==2.8.1", "huggingface_hub<0.26", "aistudio-sdk<0.2", "datasets<3", "pyarrow<18",

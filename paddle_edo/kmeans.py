@@ -1,4 +1,4 @@
-"""K-Means for embedding rows: faiss when installed, else a seeded numpy Lloyd with k-means++ starts."""
+"""K-Means for embedding rows: seeded k-means++ starts, then Lloyd's iterations by faiss (numpy without it)."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,29 +19,37 @@ def _nearest(points: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.
     return labels, distances
 
 
-def kmeans(points: np.ndarray, k: int, iterations: int = 20, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """(centroids [k, D] float32, label of each point). Uses faiss.Kmeans when faiss is importable."""
-    points = np.ascontiguousarray(points, dtype=np.float32)
-    if not 1 <= k <= len(points):
-        raise ValueError(f"kmeans: k = {k} must be in [1, {len(points)}] (the number of points)")
-    try:
-        import faiss  # optional: pip install faiss-cpu
-    except ImportError:
-        faiss = None
-    if faiss is not None:
-        model = faiss.Kmeans(points.shape[1], k, niter=iterations, seed=seed, verbose=False)
-        model.train(points)
-        labels = model.index.search(points, 1)[1].ravel().astype(np.int64)
-        return model.centroids.astype(np.float32), labels
-    rng = np.random.default_rng(seed)
+def kmeans_plus_plus(points: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """k starting centroids [k, D] float64, each drawn in proportion to its squared distance from those
+    already chosen (Arthur and Vassilvitskii): well-separated clusters each get a start."""
     centroids = [points[rng.integers(len(points))]]
     distances = ((points - centroids[0]) ** 2).sum(1).astype(np.float64)
-    for _ in range(1, k):  # k-means++: spread the starts in proportion to squared distance
+    for _ in range(1, k):
         total = distances.sum()
         index = rng.integers(len(points)) if total <= 0 else rng.choice(len(points), p=distances / total)
         centroids.append(points[index])
         distances = np.minimum(distances, ((points - points[index]) ** 2).sum(1))
-    centroids = np.stack(centroids).astype(np.float64)
+    return np.stack(centroids).astype(np.float64)
+
+
+def kmeans(points: np.ndarray, k: int, iterations: int = 20, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(centroids [k, D] float32, label of each point): Lloyd's iterations from k-means++ starts, run by
+    faiss.Kmeans when faiss is importable (faiss's own random starts merged two of four planted clusters
+    and split another), else by numpy."""
+    points = np.ascontiguousarray(points, dtype=np.float32)
+    if not 1 <= k <= len(points):
+        raise ValueError(f"kmeans: k = {k} must be in [1, {len(points)}] (the number of points)")
+    centroids = kmeans_plus_plus(points, k, np.random.default_rng(seed))
+    try:
+        import faiss  # pip install faiss-cpu (a requirement; numpy serves where it is missing)
+    except ImportError:
+        faiss = None
+    if faiss is not None:
+        # a few points per cluster is the point here: no warning about it
+        model = faiss.Kmeans(points.shape[1], k, niter=iterations, seed=seed, verbose=False, min_points_per_centroid=1)
+        model.train(points, init_centroids=centroids.astype(np.float32))
+        labels = model.index.search(points, 1)[1].ravel().astype(np.int64)
+        return model.centroids.astype(np.float32), labels
     for _ in range(iterations):
         labels, _ = _nearest(points, centroids.astype(np.float32))
         sums = np.zeros_like(centroids)

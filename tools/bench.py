@@ -147,6 +147,9 @@ SHARED_RUNS = [("fp32 dense", {"type": "dense"})] + [
         ("qr m=sqrt(N) add", {"type": "qr", "operation": "add"}),
         ("mixed_dim a=0.3", {"type": "mixed_dim", "alpha": 0.3}),
         ("mixed_dim a=1", {"type": "mixed_dim", "alpha": 1.0}),
+        ("clustered 1/4", {"type": "clustered", "cluster_fraction": 0.25}),
+        ("clustered 1/20", {"type": "clustered", "cluster_fraction": 0.05}),
+        ("clustered 1/100", {"type": "clustered", "cluster_fraction": 0.01}),
         ("qr m=sqrt(N) + int8", {"type": "qr"}),
     ]]
 

@@ -1,3 +1,6 @@
+import importlib
+import sys
+
 import numpy as np
 import paddle
 import pytest
@@ -203,8 +206,14 @@ def test_mixed_dim_from_config_uses_training_frequencies(tmp_path):
     assert engine.fit()["test_auc"] > 0.6
 
 
-def test_clustered_keeps_hot_rows_and_shares_centroids_of_planted_clusters():
+@pytest.mark.parametrize("backend", ["faiss", "numpy"])
+def test_clustered_keeps_hot_rows_and_shares_centroids_of_planted_clusters(backend, monkeypatch):
     from paddle_edo.nn import ClusteredEmbedding, DenseEmbedding
+
+    if backend == "faiss":
+        importlib.import_module("faiss")  # requirements.txt: `make test` installs it
+    else:
+        monkeypatch.setitem(sys.modules, "faiss", None)  # import faiss raises ImportError
 
     rng = np.random.default_rng(0)
     centers = rng.normal(0, 5, (4, 6)).astype(np.float32)
