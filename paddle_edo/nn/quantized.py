@@ -146,13 +146,19 @@ class QuantizedEmbedding(EmbeddingBase):
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
         if not self.packed:
-            if self.deduplicate and deduplicating(self.weight, self.sparse):  # fake-quantizes each row once
+            if self.deduplicates():  # fake-quantizes each row once
                 unique, inverse = unique_ids(ids)
                 return F.embedding(inverse, self._master_rows(distinct_rows(unique, self.weight, self.padding_idx)))
             return self._master_rows(F.embedding(ids, self.weight, padding_idx=self.padding_idx, sparse=self.sparse))
         if self.mode == "low_precision" and self.training and paddle.in_dynamic_mode():
             return self._lookup_for_update(ids)
         return self.decode_rows(ids)
+
+    @paddle.jit.not_to_static  # to_static evaluates this condition even for packed tables, which have no weight
+    def deduplicates(self) -> bool:
+        """Whether lookups now go through the distinct ids: an fp32 master table training with sparse
+        gradients, in dynamic graph."""
+        return not self.packed and self.deduplicate and deduplicating(self.weight, self.sparse)
 
     def _master_rows(self, rows: paddle.Tensor) -> paddle.Tensor:
         """Rows of the fp32 master table as training sees them: fake-quantized in QAT."""
