@@ -14,6 +14,13 @@ $(STAMP): requirements.txt setup.py
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
+# the tests also cover the paddlenlp interop (extra `nlp`)
+TEST_STAMP := $(VENV)/.installed-nlp-$(shell cat requirements.txt setup.py | cksum | cut -d' ' -f1)
+
+$(TEST_STAMP): $(STAMP)
+	$(PY) -m pip install --disable-pip-version-check -q -e ".[nlp]"
+	touch $(TEST_STAMP)
+
 setup: $(STAMP)
 
 data: $(STAMP)
@@ -26,7 +33,7 @@ kernels: $(STAMP)
 demo: data kernels
 	$(PY) tools/train.py -c configs/movielens_dense.yaml
 
-test: data kernels
+test: data kernels $(TEST_STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
 
 clean:
