@@ -82,7 +82,9 @@ class RowGradientReader:
         weight = getattr(layer, "weight", None)
         self.weight = weight if isinstance(weight, paddle.Tensor) else None
         self.on_host = on_host(self.weight)                 # its rows and gradients can be viewed in place
-        self.rows_are_lookups: bool | None = None          # known after the first read with lookups
+        # known after the first read with lookups; never for a table that deduplicates its lookups (a
+        # gradient of distinct sorted rows can match one batch's lookups and not the next one's)
+        self.rows_are_lookups: bool | None = False if getattr(layer, "deduplicate", False) else None
 
     def __call__(self, with_values: bool = True, lookups: np.ndarray | None = None,
                  copy: bool = True) -> RowGradients | None:

@@ -78,7 +78,7 @@ def expected_norms(ids, weights):
 @pytest.mark.parametrize("lookups, rows_are_lookups, background, native, deduplicate", [
     (None, None, False, True, False), (lambda ids: ids, True, False, True, False),
     (lambda ids: ids[::-1].copy(), False, False, True, False), (lambda ids: ids, True, True, True, False),
-    (lambda ids: ids, True, False, False, False), (lambda ids: ids, None, False, True, True)],
+    (lambda ids: ids, True, False, False, False), (lambda ids: ids, False, False, True, True)],
     ids=["rows read", "rows known from the lookups", "lookups in another order", "on the worker thread",
          "without the native kernels", "deduplicated lookups"])
 def test_logged_values_equal_the_planted_gradients(tmp_path, monkeypatch, lookups, rows_are_lookups, background,
@@ -90,8 +90,8 @@ def test_logged_values_equal_the_planted_gradients(tmp_path, monkeypatch, lookup
             monkeypatch.setitem(kernels._functions, name, None)
     _, monitor, logdir, history = planted_run(tmp_path, lookups=lookups, background=background,
                                               deduplicate=deduplicate)
-    # the gradient's rows are read back once; the lookups stand in for them only if they were equal (a
-    # deduplicated table's gradient has fewer rows than lookups: they are read)
+    # the gradient's rows are read back once; the lookups stand in for them only if they were equal (never
+    # for a deduplicated table: its rows are read)
     assert monitor.tables[0].read.rows_are_lookups is rows_are_lookups
     tags, series = read(logdir)
     assert "sparse/users/grad_norm_max" in tags["scalar"] and "sparse/users/grad_norm" in tags["histogram"]

@@ -62,3 +62,21 @@ def test_the_native_summary_equals_the_numpy_reference_and_the_direct_norms(monk
             assert getattr(mine, figure) == pytest.approx(value, rel=1e-5)
             assert getattr(mine, figure) == pytest.approx(getattr(theirs, figure), rel=1e-5)
     assert native[4].bad_rows.size and native[4].sparse
+
+
+def test_a_deduplicating_table_never_passes_its_lookups_off_as_gradient_rows():
+    """Its gradient has each row once, sorted: a first batch of sorted distinct ids matches its lookups,
+    a later one of distinct ids in another order must still be read."""
+    import paddle
+
+    from paddle_edo.monitor.row_gradients import RowGradientReader
+    from paddle_edo.nn import DenseEmbedding
+
+    table = DenseEmbedding(10, 2)
+    read = RowGradientReader(table)
+    for ids in ([3, 7], [9, 2]):
+        table.weight.clear_gradient()
+        (table(paddle.to_tensor(ids)) * paddle.to_tensor([[1.0, 1.0], [2.0, 2.0]])).sum().backward()
+        grads = read(lookups=np.array(ids, dtype=np.int64))
+        by_row = dict(zip(grads.rows.tolist(), grads.grads[:, 0].tolist()))
+        assert by_row == {ids[0]: 1.0, ids[1]: 2.0}
