@@ -125,6 +125,8 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "resume": Option(False, (bool, str), doc="true: last checkpoint in output_dir; or a path"),
         "checkpoint_every_steps": Option(0, int, low=0, doc="0: only at epoch ends"),
         "log_every_steps": Option(50, int, low=1),
+        "to_static": Option(False, bool, doc="train and evaluate the model under paddle.jit.to_static (SOT: the "
+                                             "tables run in dynamic graph, the rest is compiled)"),
         "amp": {
             "enable": Option(False, bool),
             "level": Option("O1", str, choices=("O1", "O2")),
@@ -170,6 +172,10 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError("distributed.mode = 'collective' needs embedding.sparse = false: Paddle 2.6.2's "
                           "DataParallel does not all-reduce sparse embedding gradients on CPU (the ranks' "
                           "tables drift apart silently); or use distributed.mode = 'ps'")
+    if config["train"]["to_static"] and config["distributed"]["mode"] != "none":
+        raise ConfigError(f"train.to_static = true works with distributed.mode = 'none', not "
+                          f"{config['distributed']['mode']!r} (parameter servers build their own static program; "
+                          f"collective ranks train in dynamic graph)")
     if config["data"]["name"] == "csv":
         csv = config["data"]["csv"]
         if not csv["path"]:

@@ -102,6 +102,8 @@ class Engine:
                                                                  dtype=self.amp_dtype)
             if self.amp_dtype == "float16":
                 self.scaler = paddle.amp.GradScaler()
+        if train["to_static"]:  # converts the model in place: evaluation runs it converted too
+            self.model = paddle.jit.to_static(self.model)
         self.train_model = paddle.DataParallel(self.model) if self.world_size > 1 else self.model
         self.train_batches = CTRBatches(_shard(self.splits.train, self.rank, self.world_size), train["batch_size"],
                                         shuffle=True, seed=train["seed"])

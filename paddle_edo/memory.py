@@ -18,6 +18,7 @@ class TableMemory:
     estimated_bytes: int
     held_bytes: int
     host_bytes: int = 0  # a cached table's full copy in host RAM or files, beside the device bytes
+    note: str = ""       # e.g. why a table the config caches stayed resident
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class MemoryReport:
                  for r in [header, *rows]]
         lines.insert(1, "-" * len(lines[0]))
         lines.insert(len(lines) - 1, "-" * len(lines[0]))
+        lines.extend(f"{t.name}: {t.note}" for t in self.tables if t.note)
         return "\n".join(lines)
 
 
@@ -100,6 +102,7 @@ def memory_report(model: paddle.nn.Layer) -> MemoryReport:
             kind, dtype = "paddle.nn.Embedding", dtype_name(layer.weight.dtype)
             estimate = rows * dim * layer.weight.element_size()
         host = layer.host_bytes() if callable(getattr(layer, "host_bytes", None)) else 0
+        note = layer.report_note if isinstance(layer, EmbeddingBase) else ""
         tables.append(TableMemory(name or type(layer).__name__, kind, rows, dim, dtype, estimate, held_bytes(layer),
-                                  host))
+                                  host, note))
     return MemoryReport(tables)

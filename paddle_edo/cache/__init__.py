@@ -4,8 +4,8 @@ from .belady import belady_hit_rate
 from .host import HostStore
 from .policies import POLICIES, LFUPolicy, LRUPolicy
 from .prefetch import Prefetcher
-from .slots import CacheTooSmallError, SlotMap
+from .slots import SlotMap
 from .stats import CacheStatistics
 
-__all__ = ["CacheStatistics", "CacheTooSmallError", "HostStore", "LFUPolicy", "LRUPolicy", "POLICIES",
+__all__ = ["CacheStatistics", "HostStore", "LFUPolicy", "LRUPolicy", "POLICIES",
            "Prefetcher", "SlotMap", "belady_hit_rate"]

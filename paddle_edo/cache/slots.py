@@ -8,22 +8,21 @@ import numpy as np
 from .policies import POLICIES
 
 
-class CacheTooSmallError(RuntimeError):
-    """A step needs more rows resident at once than the cache holds."""
-
-
 @dataclass(frozen=True)
 class Admission:
     """What ``SlotMap.admit`` decided for one batch of distinct ids; the caller moves the data:
-    first the dirty victims back to the host (``write_back_*``), then the new rows into ``new_slots``."""
+    first the dirty victims back to the host (``write_back_*``), then the new rows into ``new_slots``.
+    Ids that found no free slot (the step holds more rows than the cache) are ``bypass_ids``: their
+    slot is -1, and the caller serves them from the host for this lookup."""
 
-    slots: np.ndarray            # slot of every id asked for, in order
+    slots: np.ndarray            # slot of every id asked for, in order (-1: bypass)
     new_ids: np.ndarray          # distinct ids that missed, now given new_slots
     new_slots: np.ndarray
     write_back_ids: np.ndarray   # dirty victims: their rows must reach the host before new_slots are filled
     write_back_slots: np.ndarray
     evictions: int
     distinct_hits: int
+    bypass_ids: np.ndarray
 
 
 class VictimQueue:
@@ -108,12 +107,15 @@ class SlotMap:
         empty = np.zeros(0, dtype=np.int64)
         victims = empty
         new_slots = empty
+        bypass_ids = empty
         if len(new_ids):
             occupied = self.used
             fresh = np.arange(occupied, min(self.capacity, occupied + len(new_ids)), dtype=np.int64)
             needed = len(new_ids) - len(fresh)
             if needed:
-                victims = self._victims(needed, occupied, hit_slots, len(hit_slots) + len(new_ids))
+                victims = self._victims(needed, occupied, hit_slots)
+                if len(victims) < needed:  # the rest stay on the host for this lookup
+                    new_ids, bypass_ids = np.split(new_ids, [len(fresh) + len(victims)])
             self.used += len(fresh)
             new_slots = np.concatenate([fresh, victims])
         write_back = victims[self.dirty[victims]]
@@ -124,27 +126,23 @@ class SlotMap:
             self.slot_of[new_ids] = new_slots
             self.id_of_slot[new_slots] = new_ids
             self.dirty[new_slots] = False
-            slots[missing] = self.slot_of[ids[missing]]
+            slots[missing] = self.slot_of[ids[missing]]  # -1 where bypassed
         touched = np.concatenate([hit_slots, new_slots])
         self.policy.touch(touched, self.id_of_slot[touched])
         self.victim_queue.touched(touched)
         if pin:
             self.pinned[touched] = True
             self.dirty[touched] = True
-        return Admission(slots, new_ids, new_slots, write_back_ids, write_back, len(victims), len(hit_slots))
+        return Admission(slots, new_ids, new_slots, write_back_ids, write_back, len(victims), len(hit_slots),
+                         bypass_ids)
 
-    def _victims(self, count: int, occupied: int, hit_slots: np.ndarray, batch_rows: int) -> np.ndarray:
-        """``count`` slots among the first ``occupied``, lowest priority first, never a protected one."""
+    def _victims(self, count: int, occupied: int, hit_slots: np.ndarray) -> np.ndarray:
+        """Up to ``count`` slots among the first ``occupied``, lowest priority first, never a protected one
+        (fewer when the step in progress holds the others)."""
         protected = self.pinned[:occupied] | self.permanent[:occupied]
         protected[hit_slots] = True
-        free = occupied - int(protected.sum())
-        if free < count:
-            held = int((self.pinned | self.permanent).sum())
-            raise CacheTooSmallError(
-                f"{self.owner}: this lookup needs {batch_rows} distinct rows resident while {held} rows are held "
-                f"for the step in progress, more than cache_rows = {self.capacity}; raise cache_rows (or "
-                f"cache_ratio) to at least the distinct ids of a training step")
-        return self.victim_queue.take(count, occupied, protected)
+        count = min(count, occupied - int(protected.sum()))
+        return self.victim_queue.take(count, occupied, protected) if count else np.zeros(0, dtype=np.int64)
 
     def make_permanent(self, row_id: int) -> int:
         """Keep one id resident for good (the padding row); returns its slot."""

@@ -13,6 +13,7 @@ class StepCounts:
     rows_written_back: int = 0  # dirty evicted or flushed rows
     bytes_to_device: int = 0    # host -> cache copies (rows and their optimizer state)
     bytes_to_host: int = 0      # cache -> host write-backs
+    bypass_rows: int = 0        # rows served from the host for a lookup, and updated there (no free slot)
 
     def add(self, other: "StepCounts") -> None:
         for f in fields(self):

@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 import numpy as np
 import paddle
 
+from ..compat import dynamic_graph_under_sot
 from ..schema import Option
 
 ID_DTYPES = (paddle.int32, paddle.int64)
@@ -36,6 +37,7 @@ class EmbeddingBase(paddle.nn.Layer):
     registry_name: ClassVar[str] = ""
     config_options: ClassVar[dict[str, Option]] = {}
     packed: bool = True  # False: trains in a full form that pack() turns into the compact one
+    report_note: str = ""  # why the table is as it is, when a config asked for something else (memory report)
 
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
                  sparse: bool = True, check_ids: bool = True) -> None:
@@ -82,9 +84,19 @@ class EmbeddingBase(paddle.nn.Layer):
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
         raise NotImplementedError
 
+    @dynamic_graph_under_sot
     def forward(self, ids: paddle.Tensor) -> paddle.Tensor:
+        """ids [...] int32/int64 -> vectors [..., embedding_dim]."""
         self.check_ids(ids)
+        if paddle.in_dynamic_mode() and 0 in ids.shape:
+            return self.empty_lookup(ids)
         return self.lookup(ids)
+
+    def empty_lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
+        """What a batch without ids gives: [*ids.shape, embedding_dim] float32, nothing to train (Paddle's
+        gathers, reductions and custom operators fail on empty inputs; even ``nn.Embedding``'s backward
+        crashes on one)."""
+        return paddle.zeros([*ids.shape, self.embedding_dim], dtype="float32")
 
     def lookup_columns(self, ids: paddle.Tensor) -> list[paddle.Tensor]:
         """One lookup per column of ``ids`` [..., k] (several ids per position, as hashing makes):
@@ -94,7 +106,7 @@ class EmbeddingBase(paddle.nn.Layer):
     def check_ids(self, ids: paddle.Tensor) -> None:
         """Refuse float ids always, and ids out of [0, num_embeddings) when values are known."""
         self.check_id_dtype(ids)
-        if self.check_ids_enabled and paddle.in_dynamic_mode() and ids.size > 0:
+        if self.check_ids_enabled and paddle.in_dynamic_mode() and 0 not in ids.shape:
             self.check_id_range(*paddle.stack([ids.min(), ids.max()]).tolist())  # one device-to-host copy
 
     def check_id_dtype(self, ids: paddle.Tensor) -> None:

@@ -15,6 +15,7 @@ from paddle.base.layer_helper import LayerHelper
 from ..cache import CacheStatistics, HostStore, Prefetcher, SlotMap
 from ..cache.host import HOST_KINDS
 from ..cache.policies import POLICIES
+from ..compat import dynamic_graph_under_sot
 from ..schema import ConfigError, Option
 from .base import EmbeddingBase
 from .dedup import deduplicated_lookup
@@ -64,6 +65,9 @@ class CachedEmbedding(EmbeddingBase):
         "path": Option(None, str, nullable=True, doc="folder for the table files when host: mmap"),
         "prefetch": Option(True, bool, doc="read the next batch's missing rows on a background thread"),
         "deduplicate": Option(True, bool, doc="training lookups go through the batch's distinct ids"),
+        "min_cache_rows": Option(64, int, low=1, doc="a table whose cache would hold fewer rows stays resident "
+                                                     "(dense fp32): it is small, and such a cache saves next to "
+                                                     "nothing while most lookups go to the host"),
     }
 
     def __init__(self, num_embeddings: int, embedding_dim: int, cache_rows: int | None = None,
@@ -88,6 +92,7 @@ class CachedEmbedding(EmbeddingBase):
         self.prefetcher = Prefetcher(self.host, self.slots) if prefetch else None
         self.stats = CacheStatistics()
         self.optimizer: paddle.optimizer.Optimizer | None = None
+        self._bypass: list[tuple[np.ndarray, paddle.Tensor, np.ndarray]] = []  # this step's host-served rows
         self._padding_slot: int | None = None
         self._admit_padding()
         self.register_state_dict_hook(self._full_table_state)
@@ -113,8 +118,17 @@ class CachedEmbedding(EmbeddingBase):
 
     @classmethod
     def from_config(cls, num_embeddings: int, options: dict[str, Any], padding_idx: int | None = None
-                    ) -> "CachedEmbedding":
-        kwargs = {k: options[k] for k in cls.config_options}
+                    ) -> EmbeddingBase:
+        """The cached table a config describes, or a resident DenseEmbedding (saying why, for the memory
+        report) when its cache would hold fewer than ``min_cache_rows`` rows."""
+        kwargs = {k: options[k] for k in cls.config_options if k != "min_cache_rows"}
+        cache_rows = kwargs["cache_rows"] or math.ceil(kwargs["cache_ratio"] * num_embeddings)
+        if min(cache_rows, num_embeddings) < options["min_cache_rows"]:
+            table = DenseEmbedding(num_embeddings, options["dim"], padding_idx=padding_idx, sparse=options["sparse"],
+                                   init_std=options["init_std"], deduplicate=options["deduplicate"])
+            table.report_note = (f"resident: its cache would hold {min(cache_rows, num_embeddings)} rows, fewer than "
+                                 f"embedding.min_cache_rows = {options['min_cache_rows']}")
+            return table
         if kwargs["path"]:
             kwargs["path"] = os.path.join(kwargs["path"], "")  # a folder: one file per table, named by layer
         # an experiment's files are scratch space: every run starts from fresh values (a resume then loads
@@ -175,20 +189,29 @@ class CachedEmbedding(EmbeddingBase):
     def row_gradients(self) -> tuple[paddle.Tensor, paddle.Tensor] | None:
         """(ids, row gradients) of this step, for monitors: the cache's sparse gradient with its slots
         mapped back to table ids."""
+        found = []
         grad = self.cache._grad_ivar()
-        if grad is None or not grad._is_initialized() or not grad.is_selected_rows():
+        if grad is not None and grad._is_initialized() and grad.is_selected_rows():
+            found.append((self.slots.id_of_slot[np.asarray(grad.rows(), dtype=np.int64)],
+                          grad._get_tensor_from_selected_rows()))
+        for ids, rows, _ in self._bypass:
+            grad = rows._grad_ivar()
+            if grad is not None and grad._is_initialized() and grad.is_selected_rows():
+                found.append((ids[np.asarray(grad.rows(), dtype=np.int64)], grad._get_tensor_from_selected_rows()))
+        found = [(ids, values) for ids, values in found if ids.size]
+        if not found:
             return None
-        slots = np.asarray(grad.rows(), dtype=np.int64)
-        if not slots.size:
-            return None
-        return paddle.to_tensor(self.slots.id_of_slot[slots]), grad._get_tensor_from_selected_rows()
+        return (paddle.to_tensor(np.concatenate([ids for ids, _ in found])),
+                paddle.concat([values for _, values in found]))
 
     def decode_rows(self, ids: paddle.Tensor) -> paddle.Tensor:
         """Current values of resident rows (those of the step in progress), for monitors."""
-        slots = self.slots.slot_of[ids.numpy()]
-        if (slots < 0).any():
-            raise KeyError(f"{self.label}: decode_rows reads resident rows only")
-        return paddle.gather(self.cache.detach(), paddle.to_tensor(slots.astype(np.int64), place=self.cache.place))
+        host_ids = ids.numpy()
+        slots = self.slots.slot_of[host_ids]
+        rows = self.host.read(host_ids)[:, 0]  # rows without a slot: as the host holds them
+        resident = slots >= 0
+        rows[resident] = self.cache.detach().numpy()[slots[resident]]
+        return paddle.to_tensor(rows, place=self.cache.place)
 
     @property
     def row_state_names(self) -> list[str]:
@@ -197,10 +220,12 @@ class CachedEmbedding(EmbeddingBase):
 
     def end_step(self) -> None:
         """The step's gradients are applied or dropped: its rows may move again."""
+        self._bypass.clear()
         self.slots.end_step()
         self.stats.end_step()
 
     # ------------------------------------------------------------ lookups
+    @dynamic_graph_under_sot
     def forward(self, ids: paddle.Tensor) -> paddle.Tensor:
         name = self.label
         if not paddle.in_dynamic_mode():
@@ -213,21 +238,75 @@ class CachedEmbedding(EmbeddingBase):
             raise RuntimeError(f"{name}: training needs the optimizer bound to the cache: call "
                                f"paddle_edo.nn.bind_optimizer(model, optimizer) after building the optimizer")
         flat = host_ids.reshape(-1).astype(np.int64, copy=False)
-        if flat.size:  # always: the host map needs valid ids
-            self.check_id_range(int(flat.min()), int(flat.max()))
+        if not flat.size:
+            return self.empty_lookup(ids)
+        self.check_id_range(int(flat.min()), int(flat.max()))  # always: the host map needs valid ids
         taken = self.prefetcher.take(host_ids) if self.prefetcher is not None else None
-        slots = self._admit(flat, training, taken)
-        slot_ids = paddle.to_tensor(slots.reshape(host_ids.shape), place=self.cache.place)
-        if training and self.deduplicate:  # the cache's gradient then holds each slot once (dedup.py)
-            return deduplicated_lookup(slot_ids, self.cache, self._padding_slot)
-        return F.embedding(slot_ids, self.cache, padding_idx=self._padding_slot, sparse=True)
+        slots, bypass_ids = self._admit(flat, training, taken)
+        if len(bypass_ids):
+            return self._lookup_with_bypass(flat, slots, bypass_ids, training).reshape(
+                [*host_ids.shape, self.embedding_dim])
+        return self._lookup_slots(slots.reshape(host_ids.shape), self.cache, self._padding_slot, training)
+
+    def _lookup_slots(self, slots: np.ndarray, rows: paddle.Tensor, padding: int | None, training: bool
+                      ) -> paddle.Tensor:
+        """Rows of ``rows`` (the cache, or a step's bypass rows) at ``slots``, with a sparse gradient."""
+        index = paddle.to_tensor(slots, place=rows.place)
+        if training and self.deduplicate:  # the gradient then holds each slot once (dedup.py)
+            return deduplicated_lookup(index, rows, padding)
+        return F.embedding(index, rows, padding_idx=padding, sparse=True)
+
+    def _lookup_with_bypass(self, ids: np.ndarray, slots: np.ndarray, bypass_ids: np.ndarray, training: bool
+                            ) -> paddle.Tensor:
+        """A lookup some of whose rows found no free slot: those come from the host as a tensor of their
+        own (a parameter-like leaf whose sparse gradient ``apply_bypass_updates`` applies with the bound
+        optimizer's own update, then writes back), the rest from the cache; [len(ids), dim]."""
+        if training and paddle.framework._dygraph_tracer()._amp_level != paddle.base.core.AmpLevel.O0:
+            raise RuntimeError(f"{self.label}: this training step needs {len(np.unique(ids))} rows, more than the "
+                               f"cache_rows = {self.cache_rows} it can hold, and under AMP the rows beyond it cannot "
+                               f"be updated from the host (loss scaling unscales the optimizer's parameters "
+                               f"only); raise cache_rows or cache_ratio")
+        rows = self.host.read(bypass_ids)
+        bypass = paddle.to_tensor(rows[:, 0], place=self.cache.place)
+        if training:
+            bypass = _leaf_like(self.cache, bypass, f"{self.cache.name}.bypass{len(self._bypass)}")
+            self._bypass.append((bypass_ids, bypass, rows))
+        in_cache = slots >= 0
+        cached_at, bypassed_at = np.flatnonzero(in_cache), np.flatnonzero(~in_cache)
+        local = np.searchsorted(bypass_ids, ids[bypassed_at])
+        parts = self._lookup_slots(local, bypass, None, training)
+        if len(cached_at):
+            parts = paddle.concat([self._lookup_slots(slots[cached_at], self.cache, self._padding_slot, training), parts])
+        order = np.empty(len(ids), dtype=np.int64)
+        order[np.concatenate([cached_at, bypassed_at])] = np.arange(len(ids))
+        self.stats.count(bypass_rows=len(bypass_ids), bytes_to_device=rows[:, :1].nbytes)
+        return paddle.gather(parts, paddle.to_tensor(order, place=self.cache.place))
+
+    def apply_bypass_updates(self) -> None:
+        """Update the rows this step read from the host, as the bound optimizer updates the cache's rows
+        (its own kernel, on their sparse gradient and their row state), and write them back; called by
+        the optimizer's step before it updates the cache (bind_optimizer arranges it)."""
+        for ids, rows, host_rows in self._bypass:
+            grad = rows._grad_ivar()
+            if grad is None:
+                continue
+            states = {name: paddle.to_tensor(host_rows[:, 1 + k], place=rows.place)
+                      for k, name in enumerate(self.host.state_names)}
+            _apply_optimizer(self.optimizer, self.cache, rows, grad, states)
+            updated = np.stack([rows.numpy(), *(states[name].numpy() for name in self.host.state_names)], axis=1)
+            self.host.write(ids, updated)
+            if self.prefetcher is not None:
+                self.prefetcher.note_written(ids)
+            self.stats.count(bytes_to_host=updated.nbytes)
+        self._bypass.clear()
 
     def prefetch(self, ids: paddle.Tensor | np.ndarray) -> None:
         """Start reading the rows a coming lookup of ``ids`` will miss (no-op with prefetch=False)."""
         if self.prefetcher is not None:
             self.prefetcher.start(ids.numpy() if isinstance(ids, paddle.Tensor) else np.asarray(ids))
 
-    def _admit(self, ids: np.ndarray, training: bool, taken) -> np.ndarray:
+    def _admit(self, ids: np.ndarray, training: bool, taken) -> tuple[np.ndarray, np.ndarray]:
+        """(slot of each id, -1 where bypassed; the distinct ids that found no free slot)."""
         admission = self.slots.admit(ids, pin=training)
         self._write_back(admission.write_back_ids, admission.write_back_slots)
         if len(admission.new_ids):
@@ -235,7 +314,7 @@ class CachedEmbedding(EmbeddingBase):
         misses = len(admission.new_ids)
         self.stats.count(lookups=admission.distinct_hits + misses, hits=admission.distinct_hits, misses=misses,
                          evictions=admission.evictions)
-        return admission.slots
+        return admission.slots, admission.bypass_ids
 
     def _targets(self) -> list[paddle.Tensor]:
         """The cache tensor and, once an optimizer is bound, its accumulators: the host row layout (a
@@ -354,6 +433,34 @@ class CachedEmbedding(EmbeddingBase):
                 f"host={self.host.kind}, prefetch={self.prefetcher is not None}")
 
 
+def _leaf_like(parameter: paddle.Tensor, value: paddle.Tensor, name: str) -> paddle.Tensor:
+    """A trainable tensor holding ``value`` that an optimizer updates as it would ``parameter`` (same
+    learning-rate attributes), without being one of the optimizer's parameters."""
+    leaf = paddle.base.framework.EagerParamBase(value.shape, value.dtype, name=name)
+    value._share_buffer_to(leaf)
+    leaf.optimize_attr = dict(parameter.optimize_attr)
+    return leaf
+
+
+def _apply_optimizer(optimizer: paddle.optimizer.Optimizer, parameter: paddle.Tensor, rows: paddle.Tensor,
+                     grad: paddle.Tensor, states: dict[str, paddle.Tensor]) -> None:
+    """One update of ``rows`` by ``optimizer``'s own kernel, with ``states`` (its per-row accumulators,
+    updated in place) and the per-parameter ones of ``parameter`` (Adam's beta powers, copied, as they
+    stand before this step's update)."""
+    optimizer._create_global_learning_rate()  # what step() does first (the rate of this step)
+    added = []
+    for name, by_parameter in optimizer._accumulators.items():
+        if parameter.name in by_parameter:
+            value = states[name] if name in states else by_parameter[parameter.name].clone()
+            by_parameter[rows.name] = value
+            added.append(by_parameter)
+    try:
+        optimizer._append_optimize_op(paddle.static.default_main_program().global_block(), (rows, grad))
+    finally:
+        for by_parameter in added:
+            del by_parameter[rows.name]
+
+
 def cached_layers(model: paddle.nn.Layer) -> dict[str, CachedEmbedding]:
     return {name: layer for name, layer in model.named_sublayers(include_self=True)
             if isinstance(layer, CachedEmbedding)}
@@ -369,14 +476,20 @@ def bind_optimizer(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer
         held = getattr(optimizer, "_paddle_edo_caches", None)
         if held is None:
             held = optimizer._paddle_edo_caches = []
-            clear_grad = optimizer.clear_grad
+            clear_grad, step = optimizer.clear_grad, optimizer.step
 
             def clear_grad_and_release(*args, **kwargs):
                 clear_grad(*args, **kwargs)
                 for cached in held:
                     cached.end_step()
 
+            def step_with_bypass_rows(*args, **kwargs):
+                for cached in held:
+                    cached.apply_bypass_updates()
+                return step(*args, **kwargs)
+
             optimizer.clear_grad = clear_grad_and_release
+            optimizer.step = step_with_bypass_rows
         held.extend(layer for layer in layers.values() if layer not in held)
     return list(layers)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import paddle
 import paddle.nn.functional as F
 
+from ..compat import sparse_gradient
 from ..schema import Option
 from .base import EmbeddingBase
 from .dedup import deduplicated_lookup, deduplicating, distinct_rows, unique_ids
@@ -49,7 +50,7 @@ class DenseEmbedding(EmbeddingBase):
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
         if not self.deduplicates():
-            return F.embedding(ids, self.weight, padding_idx=self.padding_idx, sparse=self.sparse)
+            return F.embedding(ids, self.weight, padding_idx=self.padding_idx, sparse=sparse_gradient(self.sparse))
         return deduplicated_lookup(ids, self.weight, self.padding_idx)
 
     def lookup_columns(self, ids: paddle.Tensor) -> list[paddle.Tensor]:

@@ -7,6 +7,7 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
+from ..compat import sparse_gradient
 from ..quant import codecs
 from ..quant.formats import FORMATS, QuantFormat, get_format
 from ..schema import ConfigError, Option
@@ -149,9 +150,15 @@ class QuantizedEmbedding(EmbeddingBase):
             if self.deduplicates():  # fake-quantizes each row once
                 unique, inverse = unique_ids(ids)
                 return F.embedding(inverse, self._master_rows(distinct_rows(unique, self.weight, self.padding_idx)))
-            return self._master_rows(F.embedding(ids, self.weight, padding_idx=self.padding_idx, sparse=self.sparse))
-        if self.mode == "low_precision" and self.training and paddle.in_dynamic_mode():
-            return self._lookup_for_update(ids)
+            return self._master_rows(F.embedding(ids, self.weight, padding_idx=self.padding_idx,
+                                                 sparse=sparse_gradient(self.sparse)))
+        if self.mode == "low_precision" and self.training:
+            if not paddle.in_dynamic_mode():
+                raise RuntimeError(f"{self.full_name()}: a low_precision table updates its rows in dynamic graph; "
+                                   f"train it there or under paddle.jit.to_static's default mode (SOT), not in "
+                                   f"a whole-graph program (full_graph=True); call .eval() before exporting it")
+            if paddle.is_grad_enabled():
+                return self._lookup_for_update(ids)
         return self.decode_rows(ids)
 
     @paddle.jit.not_to_static  # to_static evaluates this condition even for packed tables, which have no weight
