@@ -8,14 +8,15 @@ from typing import Any
 
 import paddle
 
+from .errors import EdoRuntimeError
 from .nn.cached import load_model_with_caches
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(EdoRuntimeError):
     pass
 
 
-class DivergedError(RuntimeError):
+class DivergedError(EdoRuntimeError):
     """The loss became NaN or infinite: raised before a checkpoint is written, so the last one stays."""
 
 

@@ -7,6 +7,7 @@ from typing import Sequence
 import numpy as np
 import paddle
 
+from .errors import EdoFileNotFoundError, EdoRuntimeError, EdoValueError
 from .data.ctr import FieldSpec
 from .kernels import fused_ops, fused_static_programs
 
@@ -33,8 +34,8 @@ def export_model(model: paddle.nn.Layer, specs: Sequence[paddle.static.InputSpec
     in the saved program, as in dygraph serving; the model then runs on the CPU, in a process that loads
     paddle_edo's kernels (``Predictor`` does). Without, it needs nothing but Paddle."""
     if fused_kernels and fused_ops() is None:
-        raise RuntimeError("export.fused_kernels = true, but paddle_edo's kernels cannot be built here (no C++ "
-                           "compiler?); run `python -m paddle_edo.kernels` to see why, or export without them")
+        raise EdoRuntimeError("export.fused_kernels = true, but paddle_edo's kernels cannot be built here (no C++ "
+                              "compiler?); run `python -m paddle_edo.kernels` to see why, or export without them")
     path_prefix = Path(path_prefix)
     path_prefix.parent.mkdir(parents=True, exist_ok=True)
     with fused_static_programs(fused_kernels):
@@ -57,16 +58,16 @@ class Predictor:
         path_prefix = Path(path_prefix)
         model_file, params_file = path_prefix.with_suffix(".pdmodel"), path_prefix.with_suffix(".pdiparams")
         if not model_file.is_file():
-            raise FileNotFoundError(f"no exported model at {model_file}; run tools/export_model.py first")
+            raise EdoFileNotFoundError(f"no exported model at {model_file}; run tools/export_model.py first")
         fused = uses_fused_kernels(model_file)
         if fused:
             if device == "gpu":
-                raise ValueError(f"{model_file} was exported with export.fused_kernels = true: paddle_edo's fused "
-                                 f"lookups run on the CPU only; serve it with device 'cpu' or 'auto', or export "
-                                 f"it without them for the GPU")
+                raise EdoValueError(f"{model_file} was exported with export.fused_kernels = true: paddle_edo's fused "
+                                    f"lookups run on the CPU only; serve it with device 'cpu' or 'auto', or export "
+                                    f"it without them for the GPU")
             if fused_ops() is None:  # registers the operators with Paddle in this process
-                raise RuntimeError(f"{model_file} holds paddle_edo's fused lookups, but its kernels cannot be built "
-                                   f"here; run `python -m paddle_edo.kernels` to see why")
+                raise EdoRuntimeError(f"{model_file} holds paddle_edo's fused lookups, but its kernels cannot be built "
+                                      f"here; run `python -m paddle_edo.kernels` to see why")
         config = inference.Config(str(model_file), str(params_file))
         use_gpu = (not fused and device != "cpu" and paddle.is_compiled_with_cuda()
                    and paddle.device.cuda.device_count() > 0)
@@ -82,8 +83,8 @@ class Predictor:
     def run(self, inputs: Sequence[np.ndarray]) -> np.ndarray:
         """Inputs in the order of the exported input specs; returns the first output."""
         if len(inputs) != len(self.input_names):
-            raise ValueError(f"the model takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
-                             f"got {len(inputs)}")
+            raise EdoValueError(f"the model takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
+                                f"got {len(inputs)}")
         for name, value in zip(self.input_names, inputs):
             handle = self.predictor.get_input_handle(name)
             handle.reshape(list(value.shape))

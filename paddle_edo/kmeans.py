@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import EdoValueError
+
+
 CHUNK_ROWS = 65536
 
 
@@ -38,7 +41,7 @@ def kmeans(points: np.ndarray, k: int, iterations: int = 20, seed: int = 0) -> t
     and split another), else by numpy."""
     points = np.ascontiguousarray(points, dtype=np.float32)
     if not 1 <= k <= len(points):
-        raise ValueError(f"kmeans: k = {k} must be in [1, {len(points)}] (the number of points)")
+        raise EdoValueError(f"kmeans: k = {k} must be in [1, {len(points)}] (the number of points)")
     centroids = kmeans_plus_plus(points, k, np.random.default_rng(seed))
     try:
         import faiss  # pip install faiss-cpu (a requirement; numpy serves where it is missing)

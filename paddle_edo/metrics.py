@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import EdoValueError
+
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
     """Area under the ROC curve by the rank-sum (Mann-Whitney U) formula; tied scores count one half."""
@@ -11,7 +13,7 @@ def auc(labels: np.ndarray, scores: np.ndarray) -> float:
     n_pos = int(labels.sum())
     n_neg = labels.size - n_pos
     if n_pos == 0 or n_neg == 0:
-        raise ValueError(f"AUC needs both classes; got {n_pos} positives and {n_neg} negatives")
+        raise EdoValueError(f"AUC needs both classes; got {n_pos} positives and {n_neg} negatives")
     order = np.argsort(scores, kind="mergesort")
     sorted_scores = scores[order]
     ranks = np.empty(scores.size, dtype=np.float64)

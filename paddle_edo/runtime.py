@@ -7,6 +7,8 @@ import warnings
 import numpy as np
 import paddle
 
+from .errors import EdoRuntimeError, EdoValueError
+
 
 def gpu_available() -> bool:
     return paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
@@ -15,10 +17,10 @@ def gpu_available() -> bool:
 def select_device(preference: str = "auto") -> str:
     """'gpu:0' when asked for (or 'auto') and present, else 'cpu'; sets it as Paddle's device."""
     if preference not in ("auto", "cpu", "gpu"):
-        raise ValueError(f"train.device = {preference!r}; expected 'auto', 'cpu' or 'gpu'")
+        raise EdoValueError(f"train.device = {preference!r}; expected 'auto', 'cpu' or 'gpu'")
     if preference == "gpu" and not gpu_available():
-        raise RuntimeError("train.device = 'gpu' but this Paddle build sees no GPU "
-                           "(install paddlepaddle-gpu==2.6.2 on a CUDA machine, or use train.device=auto)")
+        raise EdoRuntimeError("train.device = 'gpu' but this Paddle build sees no GPU "
+                              "(install paddlepaddle-gpu==2.6.2 on a CUDA machine, or use train.device=auto)")
     device = "gpu:0" if preference != "cpu" and gpu_available() else "cpu"
     paddle.set_device(device)
     return device

@@ -5,11 +5,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import EdoValueError
+
 _TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
                list: "a list", dict: "a mapping"}
 
 
-class ConfigError(ValueError):
+class ConfigError(EdoValueError):
     """A config value that cannot be used; the message names the key path, the value and what is allowed."""
 
 

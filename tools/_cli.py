@@ -13,7 +13,12 @@ def experiment_parser(doc: str | None) -> argparse.ArgumentParser:
     parser.add_argument("-c", "--config", required=True, help="experiment YAML")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. -o train.epochs=1 (repeatable)")
+    add_debug_flag(parser)
     return parser
+
+
+def add_debug_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--debug", action="store_true", help="show the traceback of paddle_edo's errors too")
 
 
 def log_to_console() -> None:
@@ -31,23 +36,21 @@ def log_to_console() -> None:
 
 
 @contextlib.contextmanager
-def fail_cleanly() -> Iterator[None]:
-    """Turn the toolkit's input errors into one line on stderr and exit status 2 (a diverged run: status 1);
-    log to the console."""
+def fail_cleanly(debug: bool = False) -> Iterator[None]:
+    """Turn every error paddle_edo raises on purpose (``EdoError``) into one line on stderr and exit
+    status 2 (a diverged run: status 1); with ``debug`` the traceback is shown too. Anything else is a
+    bug and keeps its traceback. Logs to the console."""
     log_to_console()
-    from paddle_edo.checkpoint import CheckpointError, DivergedError
-    from paddle_edo.data import DataError
-    from paddle_edo.monitor import MonitorError
-    from paddle_edo.schema import ConfigError
+    from paddle_edo.checkpoint import DivergedError
+    from paddle_edo.errors import EdoError
 
     try:
         yield
-    except (ConfigError, DataError, CheckpointError, MonitorError) as exc:
+    except EdoError as exc:
+        if debug:
+            raise
         print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    except DivergedError as exc:  # not an input error: the run failed
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(1 if isinstance(exc, DivergedError) else 2)  # diverged: not an input error, the run failed
 
 
 def results_table(config: dict[str, Any], results: dict[str, float], report: Any,
@@ -74,7 +77,9 @@ def results_table(config: dict[str, Any], results: dict[str, float], report: Any
     for name, c in (caches or {}).items():
         rows.append((f"cache {name}", f"hit rate {c['hit_rate']:.3f}: {int(c['hits'])} hits, {int(c['misses'])} "
                                       f"misses, {int(c['evictions'])} evictions, {format_bytes(int(c['bytes_to_device']))}"
-                                      f" to device, {format_bytes(int(c['bytes_to_host']))} to host"))
+                                      f" to device, {format_bytes(int(c['bytes_to_host']))} to host, "
+                                      f"{int(c['bypass_rows'])} rows served from the host"))
+    rows += [(f"note {table.name}", table.note) for table in report.tables if table.note]
     width = max(len(k) for k, _ in rows)
     line = "=" * (width + 2 + max(len(v) for _, v in rows))
     return "\n".join([line, *(f"{k.ljust(width)}  {v}" for k, v in rows), line])

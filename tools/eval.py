@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", help="default: <train.output_dir>/checkpoints/last.pdckpt")
     parser.add_argument("--split", default="test", choices=("train", "valid", "test"))
     args = parser.parse_args(argv)
-    with fail_cleanly():
+    with fail_cleanly(args.debug):
         from paddle_edo import load_config
         from paddle_edo.engine import Engine
 

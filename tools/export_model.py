@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = experiment_parser(__doc__)
     parser.add_argument("--checkpoint", help="default: <train.output_dir>/checkpoints/last.pdckpt")
     args = parser.parse_args(argv)
-    with fail_cleanly():
+    with fail_cleanly(args.debug):
         from paddle_edo import load_config
         from paddle_edo.config import export_prefix
         from paddle_edo.engine import Engine

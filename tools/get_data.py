@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools._cli import fail_cleanly  # noqa: E402
+from tools._cli import add_debug_flag, fail_cleanly  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,8 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     synthetic.add_argument("--rows-per-field", type=int, default=100_000)
     synthetic.add_argument("--zipf-alpha", type=float, default=1.05)
     synthetic.add_argument("--seed", type=int, default=7)
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
-    with fail_cleanly():
+    with fail_cleanly(args.debug):
         from paddle_edo.data import fetch, make_synthetic_ctr, write_csv
 
         if args.what in ("movielens", "chnsenti"):

@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="test", choices=("train", "valid", "test"))
     parser.add_argument("--output", help="also save the click probabilities here (.npy)")
     args = parser.parse_args(argv)
-    with fail_cleanly():
+    with fail_cleanly(args.debug):
         import numpy as np
 
         from paddle_edo import load_config

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trainer_num", type=int, default=2)
     parser.add_argument("--nproc_per_node", type=int, default=None, help="collective mode: processes")
     args = parser.parse_args(argv)
-    with fail_cleanly():
+    with fail_cleanly(args.debug):
         from paddle_edo import load_config
 
         config = load_config(args.config, args.override)

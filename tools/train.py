@@ -13,7 +13,7 @@ from tools._cli import experiment_parser, fail_cleanly, results_table  # noqa: E
 def main(argv: list[str] | None = None) -> int:
     parser = experiment_parser(__doc__)
     args = parser.parse_args(argv)
-    with fail_cleanly():
+    with fail_cleanly(args.debug):
         from paddle_edo import load_config
         from paddle_edo.engine import Engine
 

@@ -5,6 +5,8 @@ import heapq
 
 import numpy as np
 
+from ..errors import EdoValueError
+
 
 def next_use(trace: np.ndarray) -> np.ndarray:
     """For each position, the next position of the same id (len(trace) when it never comes back)."""
@@ -20,7 +22,7 @@ def belady_hit_rate(trace: np.ndarray, capacity: int) -> float:
     """Hit rate of MIN on ``trace`` with ``capacity`` slots: every miss is admitted and, when the cache
     is full, the resident id used farthest in the future is evicted (a demand cache, as ours is)."""
     if capacity < 1:
-        raise ValueError(f"belady_hit_rate: capacity = {capacity} must be >= 1")
+        raise EdoValueError(f"belady_hit_rate: capacity = {capacity} must be >= 1")
     following = next_use(np.asarray(trace)).tolist()
     ids = np.asarray(trace).tolist()
     resident: dict[int, int] = {}  # id -> its next use

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import EdoValueError
+
+
 HOST_KINDS = ("memory", "mmap")
 _CHUNK_ELEMENTS = 1 << 22  # rows are initialised and copied this many floats at a time (16 MiB)
 
@@ -26,9 +29,9 @@ class HostStore:
                  init_std: float = 0.01, seed: int = 0, zero_row: int | None = None, reopen: bool = True,
                  owner: str = "HostStore") -> None:
         if kind not in HOST_KINDS:
-            raise ValueError(f"{owner}: host = {kind!r}; expected one of {', '.join(map(repr, HOST_KINDS))}")
+            raise EdoValueError(f"{owner}: host = {kind!r}; expected one of {', '.join(map(repr, HOST_KINDS))}")
         if kind == "mmap" and not path:
-            raise ValueError(f"{owner}: host = 'mmap' needs a path for the table file")
+            raise EdoValueError(f"{owner}: host = 'mmap' needs a path for the table file")
         self.rows, self.dim, self.kind, self.owner = rows, dim, kind, owner
         self.path = Path(path) if path else None
         self.names = ["weight"]
@@ -54,9 +57,9 @@ class HostStore:
         size = self.path.stat().st_size
         names = json.loads(self.layout_path.read_text())["names"] if self.layout_path.is_file() else ["weight"]
         if size != self.rows * len(names) * self.dim * 4:
-            raise ValueError(f"{self.owner}: {self.path} holds {size} bytes, but a {self.rows} x {self.dim} float32 "
-                             f"table with {names} per row takes {self.rows * len(names) * self.dim * 4}; remove "
-                             f"it or point path elsewhere")
+            raise EdoValueError(f"{self.owner}: {self.path} holds {size} bytes, but a {self.rows} x {self.dim} float32 "
+                                f"table with {names} per row takes {self.rows * len(names) * self.dim * 4}; remove "
+                                f"it or point path elsewhere")
         return names
 
     def _save_layout(self) -> None:
@@ -69,7 +72,8 @@ class HostStore:
             path.parent.mkdir(parents=True, exist_ok=True)
             return np.memmap(path, dtype=np.float32, mode=mode, shape=(self.rows, width, self.dim))
         except OSError as exc:
-            raise ValueError(f"{self.owner}: cannot open the table file {path} for writing ({exc.strerror})") from None
+            raise EdoValueError(f"{self.owner}: cannot open the table file {path} for writing "
+                                f"({exc.strerror})") from None
 
     def _allocate(self, width: int, path: Path | None = None) -> np.ndarray:
         if self.kind == "memory":

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import EdoValueError
 from .policies import POLICIES
 
 
@@ -82,7 +83,7 @@ class SlotMap:
 
     def __init__(self, num_ids: int, capacity: int, policy: str, owner: str = "SlotMap") -> None:
         if policy not in POLICIES:
-            raise ValueError(f"{owner}: policy = {policy!r}; expected one of {', '.join(map(repr, POLICIES))}")
+            raise EdoValueError(f"{owner}: policy = {policy!r}; expected one of {', '.join(map(repr, POLICIES))}")
         self.owner = owner
         self.capacity = capacity
         self.policy = POLICIES[policy](capacity, num_ids)

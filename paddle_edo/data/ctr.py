@@ -7,8 +7,10 @@ from typing import Any, Iterator
 import numpy as np
 import paddle
 
+from ..errors import EdoValueError
 
-class DataError(ValueError):
+
+class DataError(EdoValueError):
     """Bad data: the message names the file or field and the bad value."""
 
 

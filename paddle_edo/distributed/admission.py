@@ -16,6 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import EdoValueError
+
+
 RULES = ("count_filter", "probability", "show_click")
 
 
@@ -31,7 +34,7 @@ class FeatureAdmission:
                  seed: int = 0, show_click_threshold: float = 10.0, nonclick_coeff: float = 0.1,
                  click_coeff: float = 1.0) -> None:
         if rule not in RULES:
-            raise ValueError(f"FeatureAdmission: rule = {rule!r}; expected one of {', '.join(map(repr, RULES))}")
+            raise EdoValueError(f"FeatureAdmission: rule = {rule!r}; expected one of {', '.join(map(repr, RULES))}")
         self.rule, self.count_filter, self.probability = rule, count_filter, probability
         self.show_click_threshold, self.nonclick_coeff, self.click_coeff = show_click_threshold, nonclick_coeff, click_coeff
         self.admitted = {field: np.zeros(size, dtype=bool) for field, size in vocab_sizes.items()}
@@ -58,7 +61,7 @@ class FeatureAdmission:
         if self.rule in ("count_filter", "show_click"):
             if self.rule == "show_click":
                 if clicks is None:
-                    raise ValueError("FeatureAdmission: the show_click rule needs the rows' clicks")
+                    raise EdoValueError("FeatureAdmission: the show_click rule needs the rows' clicks")
                 clicked = np.bincount(inverse.ravel(), weights=np.broadcast_to(clicks, ids.shape).ravel(),
                                       minlength=seen.size)
                 counts = self.nonclick_coeff * (counts - clicked) + self.click_coeff * clicked

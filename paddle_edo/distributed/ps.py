@@ -34,6 +34,7 @@ from ..monitor.row_gradients import RowGradients
 from .admission import RULES as ADMISSION_RULES
 from .admission import FeatureAdmission, joined
 from ..nn.ps_table import PSEmbedding
+from ..errors import EdoRuntimeError
 from ..schema import ConfigError
 
 logger = logging.getLogger("paddle_edo")
@@ -452,7 +453,7 @@ def _exit_after(seconds: int, reason: str) -> threading.Timer:
 FINISHED = "paddle_edo: finished as"  # the last line of every process that ended normally (tools/launch.py)
 
 
-class ServerStartError(RuntimeError):
+class ServerStartError(EdoRuntimeError):
     """A parameter server cannot serve on the endpoint the launcher gave it."""
 
 

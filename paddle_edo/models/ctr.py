@@ -6,6 +6,7 @@ from typing import Any, Sequence
 import paddle
 import paddle.nn as nn
 
+from ..errors import EdoValueError
 from ..data.ctr import FieldSpec
 from ..nn.registry import build_embedding
 from .mlp import mlp
@@ -24,7 +25,7 @@ class DeepFM(nn.Layer):
                  frequencies: dict[str, Any] | None = None) -> None:
         super().__init__()
         if pooling not in ("mean", "sum"):
-            raise ValueError(f"DeepFM: pooling = {pooling!r}; expected 'mean' or 'sum'")
+            raise EdoValueError(f"DeepFM: pooling = {pooling!r}; expected 'mean' or 'sum'")
         self.fields = list(fields)
         self.pooling = pooling
         self.use_fm = fm

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import EdoIndexError
 from ..kernels import address, c_function
 
 
@@ -137,8 +138,8 @@ class Coverage:
         np.maximum.at(self.last_growth, owners, steps)
 
     def _refuse(self, index: int, row: int, step: int) -> None:
-        raise IndexError(f"SparseGradMonitor: {self.names[index]} got row {row} at step {step}, outside "
-                         f"[0, {self.sizes[index]})")
+        raise EdoIndexError(f"SparseGradMonitor: {self.names[index]} got row {row} at step {step}, outside "
+                            f"[0, {self.sizes[index]})")
 
     def _bounds(self, layout: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]) -> tuple[np.ndarray, np.ndarray]:
         """Per gathered row: its table's offset and size, for steps of these (tables, lengths). Kept: the

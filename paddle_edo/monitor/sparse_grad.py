@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import paddle
 
+from ..errors import EdoValueError
 from ..callbacks import Callback
 from ..kernels import address, c_function
 from ..memory import embedding_layers
@@ -120,7 +121,7 @@ class SparseGradMonitor(Callback):
                  histogram_every_n_steps: int = 100, background: bool = False) -> None:
         for name, value in (("every_n_steps", every_n_steps), ("histogram_every_n_steps", histogram_every_n_steps)):
             if value < 0 or (name == "every_n_steps" and value < 1):
-                raise ValueError(f"SparseGradMonitor: {name} = {value} must be >= 1 (histograms: 0 turns them off)")
+                raise EdoValueError(f"SparseGradMonitor: {name} = {value} must be >= 1 (histograms: 0 turns them off)")
         self.writer = writer
         self.every_n_steps = every_n_steps
         self.alerts = alerts or AlertSettings()

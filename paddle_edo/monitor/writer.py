@@ -22,8 +22,10 @@ from typing import Any
 import numpy as np
 from visualdl import LogWriter
 
+from ..errors import EdoRuntimeError
 
-class MonitorError(RuntimeError):
+
+class MonitorError(EdoRuntimeError):
     """The monitor cannot work (an unwritable log folder, say); raised before training starts."""
 
 

@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 import numpy as np
 import paddle
 
+from ..errors import EdoIndexError, EdoTypeError, EdoValueError
 from ..compat import dynamic_graph_under_sot
 from ..schema import Option
 
@@ -45,11 +46,11 @@ class EmbeddingBase(paddle.nn.Layer):
         name = type(self).__name__
         for arg, value in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name}: {arg} = {value!r} must be an integer >= 1")
+                raise EdoValueError(f"{name}: {arg} = {value!r} must be an integer >= 1")
         if padding_idx is not None:
             if not -num_embeddings <= padding_idx < num_embeddings:
-                raise ValueError(f"{name}: padding_idx = {padding_idx} must be in "
-                                 f"[{-num_embeddings}, {num_embeddings}) or None")
+                raise EdoValueError(f"{name}: padding_idx = {padding_idx} must be in "
+                                    f"[{-num_embeddings}, {num_embeddings}) or None")
             padding_idx = padding_idx % num_embeddings
         self.num_embeddings = int(num_embeddings)
         self.embedding_dim = int(embedding_dim)
@@ -111,13 +112,13 @@ class EmbeddingBase(paddle.nn.Layer):
 
     def check_id_dtype(self, ids: paddle.Tensor) -> None:
         if ids.dtype not in ID_DTYPES:
-            raise TypeError(f"{self.full_name()}: ids must be int32 or int64, got {dtype_name(ids.dtype)}")
+            raise EdoTypeError(f"{self.full_name()}: ids must be int32 or int64, got {dtype_name(ids.dtype)}")
 
     def check_id_range(self, low: int, high: int) -> None:
         """Refuse a batch whose smallest or largest id falls outside [0, num_embeddings)."""
         if low < 0 or high >= self.num_embeddings:
             bad = low if low < 0 else high
-            raise IndexError(f"{self.full_name()}: id {bad} is out of range [0, {self.num_embeddings})")
+            raise EdoIndexError(f"{self.full_name()}: id {bad} is out of range [0, {self.num_embeddings})")
 
     def extra_repr(self) -> str:
         return (f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}, "

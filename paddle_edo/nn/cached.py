@@ -12,6 +12,7 @@ import paddle
 import paddle.nn.functional as F
 from paddle.base.layer_helper import LayerHelper
 
+from ..errors import EdoRuntimeError, EdoTypeError, EdoValueError
 from ..cache import CacheStatistics, HostStore, Prefetcher, SlotMap
 from ..cache.host import HOST_KINDS
 from ..cache.policies import POLICIES
@@ -34,10 +35,10 @@ def _row_state(optimizer: paddle.optimizer.Optimizer, owner: str) -> dict[str, f
         return {optimizer._moment_acc_str: float(optimizer.initial_accumulator_value)}
     if type(optimizer) is paddle.optimizer.Adam and optimizer._lazy_mode:
         return {optimizer._moment1_acc_str: 0.0, optimizer._moment2_acc_str: 0.0}
-    raise TypeError(f"{owner}: cannot train with {type(optimizer).__name__}"
-                    f"{'(lazy_mode=False)' if type(optimizer) is paddle.optimizer.Adam else ''}: a cache keeps "
-                    f"row-wise optimizer state only for SGD, Adagrad and Adam(lazy_mode=True), whose sparse "
-                    f"updates touch just the rows of the batch")
+    raise EdoTypeError(f"{owner}: cannot train with {type(optimizer).__name__}"
+                       f"{'(lazy_mode=False)' if type(optimizer) is paddle.optimizer.Adam else ''}: a cache keeps "
+                       f"row-wise optimizer state only for SGD, Adagrad and Adam(lazy_mode=True), whose sparse "
+                       f"updates touch just the rows of the batch")
 
 
 @register_embedding("cached")
@@ -79,7 +80,7 @@ class CachedEmbedding(EmbeddingBase):
         self.deduplicate = bool(deduplicate)
         name = self.label
         if not self.sparse:
-            raise ValueError(f"{name}: sparse = False is not supported: the cache trains with sparse row gradients")
+            raise EdoValueError(f"{name}: sparse = False is not supported: the cache trains with sparse row gradients")
         self.cache_rows = self._resolve_cache_rows(cache_rows, cache_ratio)
         if path is not None and host == "mmap" and (str(path).endswith(os.sep) or Path(path).is_dir()):
             path = Path(path) / f"{self.full_name()}.f32"
@@ -106,10 +107,10 @@ class CachedEmbedding(EmbeddingBase):
         name = self.label
         if cache_rows is None:
             if not 0.0 < cache_ratio <= 1.0:
-                raise ValueError(f"{name}: cache_ratio = {cache_ratio!r} must be in (0, 1]")
+                raise EdoValueError(f"{name}: cache_ratio = {cache_ratio!r} must be in (0, 1]")
             cache_rows = math.ceil(cache_ratio * self.num_embeddings)
         elif isinstance(cache_rows, bool) or not isinstance(cache_rows, (int, np.integer)) or cache_rows < 1:
-            raise ValueError(f"{name}: cache_rows = {cache_rows!r} must be an integer >= 1")
+            raise EdoValueError(f"{name}: cache_rows = {cache_rows!r} must be an integer >= 1")
         if cache_rows > self.num_embeddings:
             warnings.warn(f"{name}: cache_rows = {cache_rows} is more than the table's {self.num_embeddings} "
                           f"rows; using {self.num_embeddings}", stacklevel=3)
@@ -174,7 +175,7 @@ class CachedEmbedding(EmbeddingBase):
         trained = [p for item in optimizer._param_groups
                    for p in (item["params"] if isinstance(item, dict) else [item])]
         if not any(p is self.cache for p in trained):
-            raise ValueError(f"{self.label}: the optimizer does not train this layer's cache parameter")
+            raise EdoValueError(f"{self.label}: the optimizer does not train this layer's cache parameter")
         self.flush()
         if getattr(optimizer, "helper", None) is None:  # what Optimizer.step sets up before creating state
             optimizer.helper = LayerHelper(type(optimizer).__name__)
@@ -229,14 +230,14 @@ class CachedEmbedding(EmbeddingBase):
     def forward(self, ids: paddle.Tensor) -> paddle.Tensor:
         name = self.label
         if not paddle.in_dynamic_mode():
-            raise RuntimeError(f"{name}: a cached table looks rows up on the host and runs in dynamic graph only; "
-                               f"call paddle_edo.nn.uncache(model) before paddle.jit.to_static / export")
+            raise EdoRuntimeError(f"{name}: a cached table looks rows up on the host and runs in dynamic graph only; "
+                                  f"call paddle_edo.nn.uncache(model) before paddle.jit.to_static / export")
         self.check_id_dtype(ids)
         host_ids = ids.numpy()
         training = paddle.is_grad_enabled() and not self.cache.stop_gradient
         if training and self.optimizer is None:
-            raise RuntimeError(f"{name}: training needs the optimizer bound to the cache: call "
-                               f"paddle_edo.nn.bind_optimizer(model, optimizer) after building the optimizer")
+            raise EdoRuntimeError(f"{name}: training needs the optimizer bound to the cache: call "
+                                  f"paddle_edo.nn.bind_optimizer(model, optimizer) after building the optimizer")
         flat = host_ids.reshape(-1).astype(np.int64, copy=False)
         if not flat.size:
             return self.empty_lookup(ids)
@@ -262,10 +263,10 @@ class CachedEmbedding(EmbeddingBase):
         own (a parameter-like leaf whose sparse gradient ``apply_bypass_updates`` applies with the bound
         optimizer's own update, then writes back), the rest from the cache; [len(ids), dim]."""
         if training and paddle.framework._dygraph_tracer()._amp_level != paddle.base.core.AmpLevel.O0:
-            raise RuntimeError(f"{self.label}: this training step needs {len(np.unique(ids))} rows, more than the "
-                               f"cache_rows = {self.cache_rows} it can hold, and under AMP the rows beyond it cannot "
-                               f"be updated from the host (loss scaling unscales the optimizer's parameters "
-                               f"only); raise cache_rows or cache_ratio")
+            raise EdoRuntimeError(f"{self.label}: this training step needs {len(np.unique(ids))} rows, more than "
+                                  f"the cache_rows = {self.cache_rows} it can hold, and under AMP the rows beyond "
+                                  f"it cannot be updated from the host (loss scaling unscales the optimizer's "
+                                  f"parameters only); raise cache_rows or cache_ratio")
         rows = self.host.read(bypass_ids)
         bypass = paddle.to_tensor(rows[:, 0], place=self.cache.place)
         if training:
@@ -276,7 +277,8 @@ class CachedEmbedding(EmbeddingBase):
         local = np.searchsorted(bypass_ids, ids[bypassed_at])
         parts = self._lookup_slots(local, bypass, None, training)
         if len(cached_at):
-            parts = paddle.concat([self._lookup_slots(slots[cached_at], self.cache, self._padding_slot, training), parts])
+            resident = self._lookup_slots(slots[cached_at], self.cache, self._padding_slot, training)
+            parts = paddle.concat([resident, parts])
         order = np.empty(len(ids), dtype=np.int64)
         order[np.concatenate([cached_at, bypassed_at])] = np.arange(len(ids))
         self.stats.count(bypass_rows=len(bypass_ids), bytes_to_device=rows[:, :1].nbytes)
@@ -402,21 +404,21 @@ class CachedEmbedding(EmbeddingBase):
         expected = ["weight", *(ROW_STATE_PREFIX + s for s in self.host.state_names)]
         missing = [k for k in expected if k not in values]
         if missing:
-            raise ValueError(f"{name}: the state has no {missing[0]!r}; a cached table needs {expected}")
+            raise EdoValueError(f"{name}: the state has no {missing[0]!r}; a cached table needs {expected}")
         arrays = {}
         for key, value in values.items():
             if key != "weight" and not key.startswith(ROW_STATE_PREFIX):
-                raise ValueError(f"{name}: unexpected state entry {key!r}; a cached table holds {expected}")
+                raise EdoValueError(f"{name}: unexpected state entry {key!r}; a cached table holds {expected}")
             array = value.numpy() if isinstance(value, paddle.Tensor) else np.asarray(value)
             if array.shape != (self.num_embeddings, self.embedding_dim):
-                raise ValueError(f"{name}: {key!r} has shape {list(array.shape)}, expected "
-                                 f"{[self.num_embeddings, self.embedding_dim]}")
+                raise EdoValueError(f"{name}: {key!r} has shape {list(array.shape)}, expected "
+                                    f"{[self.num_embeddings, self.embedding_dim]}")
             arrays["weight" if key == "weight" else key[len(ROW_STATE_PREFIX):]] = array
         if self.optimizer is None:  # not bound yet: take the checkpoint's row state as it is
             self.host.set_states({state: 0.0 for state in arrays if state != "weight"})
         elif set(arrays) != set(self.host.names):
-            raise ValueError(f"{name}: the state holds {sorted(arrays)}, but the bound optimizer keeps "
-                             f"{self.host.names}; load it with the optimizer it was trained with")
+            raise EdoValueError(f"{name}: the state holds {sorted(arrays)}, but the bound optimizer keeps "
+                                f"{self.host.names}; load it with the optimizer it was trained with")
         self._empty_cache(arrays)
 
     def to_dense(self) -> DenseEmbedding:

@@ -8,6 +8,7 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
+from ..errors import EdoTypeError, EdoValueError
 from .base import CompositeEmbedding, EmbeddingBase
 from .registry import build_embedding
 
@@ -42,11 +43,12 @@ class CharWordEmbedding(CompositeEmbedding):
                  table: dict[str, Any] | None = None, word_dropout: float = 0.0) -> None:
         super().__init__(word_vocab_size, embedding_dim, padding_idx=0)
         if fusion not in FUSIONS:
-            raise ValueError(f"CharWordEmbedding: fusion = {fusion!r}; expected one of {', '.join(map(repr, FUSIONS))}")
+            raise EdoValueError(f"CharWordEmbedding: fusion = {fusion!r}; expected one of "
+                                f"{', '.join(map(repr, FUSIONS))}")
         if char_vocab_size < 2:
-            raise ValueError(f"CharWordEmbedding: char_vocab_size = {char_vocab_size} must be >= 2 ([PAD], [UNK])")
+            raise EdoValueError(f"CharWordEmbedding: char_vocab_size = {char_vocab_size} must be >= 2 ([PAD], [UNK])")
         if not 0.0 <= word_dropout < 1.0:
-            raise ValueError(f"CharWordEmbedding: word_dropout = {word_dropout!r} must be in [0, 1)")
+            raise EdoValueError(f"CharWordEmbedding: word_dropout = {word_dropout!r} must be in [0, 1)")
         self.fusion = fusion
         self.word_dropout = float(word_dropout)
         self.char_vocab_size = int(char_vocab_size)
@@ -82,7 +84,7 @@ class CharWordEmbedding(CompositeEmbedding):
         return chars + gate * (words - chars)
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
-        raise TypeError("CharWordEmbedding takes word ids and character ids: call layer(word_ids, char_ids)")
+        raise EdoTypeError("CharWordEmbedding takes word ids and character ids: call layer(word_ids, char_ids)")
 
     def extra_repr(self) -> str:
         return (f"words={self.num_embeddings}, chars={self.char_vocab_size}, dim={self.embedding_dim}, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 
+from ..errors import EdoValueError
 from ..kmeans import kmeans
 from ..schema import Option
 from .base import CompositeEmbedding, table_settings
@@ -19,15 +20,15 @@ def cluster_rows(weight: np.ndarray, frequencies: np.ndarray, num_clusters: int,
     n = len(weight)
     frequencies = np.asarray(frequencies)
     if frequencies.shape != (n,):
-        raise ValueError(f"{owner}: frequencies has shape {frequencies.shape}, expected ({n},)")
+        raise EdoValueError(f"{owner}: frequencies has shape {frequencies.shape}, expected ({n},)")
     if not 0 <= keep_top <= n:
-        raise ValueError(f"{owner}: keep_top = {keep_top} must be in [0, {n}]")
+        raise EdoValueError(f"{owner}: keep_top = {keep_top} must be in [0, {n}]")
     order = np.argsort(-frequencies, kind="stable")
     order = order[order != padding_idx] if padding_idx is not None else order
     kept, rest = order[:keep_top], order[keep_top:]
     if num_clusters > len(rest) or (num_clusters < 1 and len(rest)):
-        raise ValueError(f"{owner}: num_clusters = {num_clusters} must be in [1, {len(rest)}] "
-                         f"(the ids left after keep_top = {keep_top})")
+        raise EdoValueError(f"{owner}: num_clusters = {num_clusters} must be in [1, {len(rest)}] "
+                            f"(the ids left after keep_top = {keep_top})")
     mapping = np.zeros(n, dtype=np.int32)
     mapping[kept] = np.arange(len(kept), dtype=np.int32)
     rows = [weight[kept]]
@@ -61,7 +62,7 @@ class ClusteredEmbedding(CompositeEmbedding):
         self.frequencies, self.num_clusters, self.keep_top = frequencies, num_clusters, keep_top
         if mapping is None:  # train the full table first; pack() clusters it
             if frequencies is None or num_clusters is None:
-                raise ValueError(f"{type(self).__name__}: give mapping and rows, or frequencies and num_clusters")
+                raise EdoValueError(f"{type(self).__name__}: give mapping and rows, or frequencies and num_clusters")
             self.packed = False
             self.table = DenseEmbedding(num_embeddings, embedding_dim, padding_idx=padding_idx, sparse=sparse)
             self.register_buffer("mapping", paddle.arange(num_embeddings, dtype="int32"))
@@ -70,8 +71,8 @@ class ClusteredEmbedding(CompositeEmbedding):
 
     def _install(self, mapping: np.ndarray, rows: np.ndarray) -> None:
         if mapping.shape != (self.num_embeddings,) or mapping.min() < 0 or mapping.max() >= len(rows):
-            raise ValueError(f"{type(self).__name__}: mapping must give each of {self.num_embeddings} ids a row "
-                             f"in [0, {len(rows)})")
+            raise EdoValueError(f"{type(self).__name__}: mapping must give each of {self.num_embeddings} ids a row "
+                                f"in [0, {len(rows)})")
         mapping = mapping.astype(np.int32)
         dummy = len(rows)  # padding ids read this extra row: always zero, never updated
         if self.padding_idx is not None:
@@ -85,7 +86,7 @@ class ClusteredEmbedding(CompositeEmbedding):
     @classmethod
     def from_config(cls, num_embeddings, options, padding_idx=None, frequencies=None):
         if frequencies is None:
-            raise ValueError("embedding.type 'clustered' needs id frequencies (embedding.frequencies: train)")
+            raise EdoValueError("embedding.type 'clustered' needs id frequencies (embedding.frequencies: train)")
         keep = int(round(options["keep_fraction"] * num_embeddings))
         clusters = max(1, min(int(round(options["cluster_fraction"] * num_embeddings)),
                               num_embeddings - keep - (padding_idx is not None)))

@@ -6,6 +6,7 @@ from typing import Sequence
 import numpy as np
 import paddle
 
+from ..errors import EdoValueError
 from ..kernels import can_fuse, fused_ops
 from ..schema import Option
 from .base import CompositeEmbedding
@@ -51,10 +52,10 @@ class MixedDimEmbedding(CompositeEmbedding):
         super().__init__(num_embeddings, embedding_dim, padding_idx, sparse)
         frequencies = np.asarray(frequencies)
         if frequencies.shape != (num_embeddings,):
-            raise ValueError(f"{type(self).__name__}: frequencies has shape {frequencies.shape}, expected "
-                             f"({num_embeddings},): one count per id")
+            raise EdoValueError(f"{type(self).__name__}: frequencies has shape {frequencies.shape}, expected "
+                                f"({num_embeddings},): one count per id")
         if (frequencies < 0).any():
-            raise ValueError(f"{type(self).__name__}: frequencies must be >= 0")
+            raise EdoValueError(f"{type(self).__name__}: frequencies must be >= 0")
         rank, ends, dims = block_layout(frequencies, embedding_dim, num_blocks, alpha, min_dim)
         self.block_ends, self.block_dims = ends, dims
         self.register_buffer("rank", paddle.to_tensor(rank))
@@ -90,7 +91,7 @@ class MixedDimEmbedding(CompositeEmbedding):
     @classmethod
     def from_config(cls, num_embeddings, options, padding_idx=None, frequencies=None):
         if frequencies is None:
-            raise ValueError("embedding.type 'mixed_dim' needs id frequencies (embedding.frequencies: train)")
+            raise EdoValueError("embedding.type 'mixed_dim' needs id frequencies (embedding.frequencies: train)")
         return cls(num_embeddings, options["dim"], frequencies, options["num_blocks"], options["alpha"],
                    options["min_dim"], padding_idx, options["sparse"])
 

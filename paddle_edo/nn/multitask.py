@@ -5,6 +5,7 @@ from typing import Sequence
 
 import paddle
 
+from ..errors import EdoKeyError, EdoTypeError, EdoValueError
 from .base import CompositeEmbedding, EmbeddingBase
 
 
@@ -15,9 +16,10 @@ class MultiTaskEmbedding(CompositeEmbedding):
 
     def __init__(self, table: EmbeddingBase, tasks: Sequence[str], adapters: bool = True) -> None:
         if not isinstance(table, EmbeddingBase):
-            raise TypeError(f"MultiTaskEmbedding: table must be a paddle_edo embedding layer, got {type(table).__name__}")
+            raise EdoTypeError(f"MultiTaskEmbedding: table must be a paddle_edo embedding layer, got "
+                               f"{type(table).__name__}")
         if not tasks or len(set(tasks)) != len(tasks):
-            raise ValueError(f"MultiTaskEmbedding: tasks = {list(tasks)!r} must be distinct names, at least one")
+            raise EdoValueError(f"MultiTaskEmbedding: tasks = {list(tasks)!r} must be distinct names, at least one")
         super().__init__(table.num_embeddings, table.embedding_dim, table.padding_idx, table.sparse)
         self.table = table
         self.tasks = list(tasks)
@@ -37,6 +39,6 @@ class MultiTaskEmbedding(CompositeEmbedding):
     def for_task(self, ids: paddle.Tensor, task: str) -> paddle.Tensor:
         """The shared vectors as task ``task`` sees them."""
         if task not in self.tasks:
-            raise KeyError(f"MultiTaskEmbedding: unknown task {task!r}; tasks: {', '.join(self.tasks)}")
+            raise EdoKeyError(f"MultiTaskEmbedding: unknown task {task!r}; tasks: {', '.join(self.tasks)}")
         vectors = self.table(ids)
         return self.adapters[task](vectors) if task in self.adapters else vectors

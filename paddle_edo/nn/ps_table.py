@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import paddle
 
+from ..errors import EdoRuntimeError
 from ..schema import Option
 from .base import EmbeddingBase
 from .registry import register_embedding
@@ -53,7 +54,7 @@ class PSEmbedding(EmbeddingBase):
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
         if paddle.in_dynamic_mode():
-            raise RuntimeError(f"{self.full_name()}: a parameter-server table exists in static programs only")
+            raise EdoRuntimeError(f"{self.full_name()}: a parameter-server table exists in static programs only")
         flat = self.ids = ids.reshape([-1, 1])  # the servers' lookup takes [n, 1] ids
         attr = paddle.ParamAttr(name=f"ps_{self.full_name()}", initializer=paddle.nn.initializer.Normal(0.0, 0.01))
         if self.geo:  # geo's communicator needs a plain sparse-gradient table (sparse_embedding fails in init_worker)

@@ -7,6 +7,7 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
+from ..errors import EdoRuntimeError, EdoValueError
 from ..compat import sparse_gradient
 from ..quant import codecs
 from ..quant.formats import FORMATS, QuantFormat, get_format
@@ -54,17 +55,17 @@ class QuantizedEmbedding(EmbeddingBase):
         name = type(self).__name__
         self.format: QuantFormat = get_format(dtype, f"{name}: dtype")
         if mode not in MODES:
-            raise ValueError(f"{name}: mode = {mode!r} is not supported; supported: {', '.join(MODES)}")
+            raise EdoValueError(f"{name}: mode = {mode!r} is not supported; supported: {', '.join(MODES)}")
         if mode == "low_precision" and dtype not in LOW_PRECISION_DTYPES:
-            raise ValueError(f"{name}: mode 'low_precision' stores {', '.join(LOW_PRECISION_DTYPES)} tables; "
-                             f"dtype {dtype!r} needs mode 'qat' or 'ptq'")
+            raise EdoValueError(f"{name}: mode 'low_precision' stores {', '.join(LOW_PRECISION_DTYPES)} tables; "
+                                f"dtype {dtype!r} needs mode 'qat' or 'ptq'")
         self.mode = mode
         self.init_std = init_std
         self.row_optimizer: str | None = None
         self._touched: list[tuple[paddle.Tensor, paddle.Tensor]] = []
         if weight is not None and list(weight.shape) != [self.num_embeddings, self.embedding_dim]:
-            raise ValueError(f"{name}: weight of shape {list(weight.shape)}, expected "
-                             f"{[self.num_embeddings, self.embedding_dim]}")
+            raise EdoValueError(f"{name}: weight of shape {list(weight.shape)}, expected "
+                                f"{[self.num_embeddings, self.embedding_dim]}")
         self.packed = mode == "low_precision" if packed is None else packed
         if self.packed:
             self._store(weight)
@@ -154,9 +155,9 @@ class QuantizedEmbedding(EmbeddingBase):
                                                  sparse=sparse_gradient(self.sparse)))
         if self.mode == "low_precision" and self.training:
             if not paddle.in_dynamic_mode():
-                raise RuntimeError(f"{self.full_name()}: a low_precision table updates its rows in dynamic graph; "
-                                   f"train it there or under paddle.jit.to_static's default mode (SOT), not in "
-                                   f"a whole-graph program (full_graph=True); call .eval() before exporting it")
+                raise EdoRuntimeError(f"{self.full_name()}: a low_precision table updates its rows in dynamic graph; "
+                                      f"train it there or under paddle.jit.to_static's default mode (SOT), not in "
+                                      f"a whole-graph program (full_graph=True); call .eval() before exporting it")
             if paddle.is_grad_enabled():
                 return self._lookup_for_update(ids)
         return self.decode_rows(ids)
@@ -174,8 +175,8 @@ class QuantizedEmbedding(EmbeddingBase):
     def _lookup_for_update(self, ids: paddle.Tensor) -> paddle.Tensor:
         """Decode each distinct row once as a leaf tensor whose gradient apply_row_updates reads."""
         if self.row_optimizer is None:
-            raise RuntimeError(f"{self.full_name()}: call configure_row_optimizer('sgd' or 'adagrad') before "
-                               f"training a low_precision table")
+            raise EdoRuntimeError(f"{self.full_name()}: call configure_row_optimizer('sgd' or 'adagrad') before "
+                                  f"training a low_precision table")
         unique, inverse = unique_ids(ids)
         rows = self.decode_rows(unique)
         rows.stop_gradient = False
@@ -186,8 +187,8 @@ class QuantizedEmbedding(EmbeddingBase):
     def configure_row_optimizer(self, name: str) -> None:
         """Choose how low_precision rows are updated: 'sgd' or 'adagrad' (one fp32 state per row)."""
         if name not in ROW_OPTIMIZERS:
-            raise ValueError(f"{self.full_name()}: low_precision tables update rows with "
-                             f"{' or '.join(ROW_OPTIMIZERS)}, not {name!r}")
+            raise EdoValueError(f"{self.full_name()}: low_precision tables update rows with "
+                                f"{' or '.join(ROW_OPTIMIZERS)}, not {name!r}")
         self.row_optimizer = name
         if name == "adagrad" and getattr(self, "row_sum_sq", None) is None:
             self.register_buffer("row_sum_sq", paddle.zeros([self.num_embeddings], dtype="float32"))
@@ -230,7 +231,7 @@ class QuantizedEmbedding(EmbeddingBase):
         """A packed copy of a ``paddle.nn.Embedding`` or ``DenseEmbedding`` (padding row and sparsity kept)."""
         weight = embedding.weight
         if len(weight.shape) != 2:
-            raise ValueError(f"from_embedding: {embedding.full_name()} has a weight of shape {weight.shape}")
+            raise EdoValueError(f"from_embedding: {embedding.full_name()} has a weight of shape {weight.shape}")
         padding_idx, sparse = table_settings(embedding)
         return cls(weight.shape[0], weight.shape[1], dtype=dtype, padding_idx=padding_idx, sparse=sparse,
                    weight=weight.detach(), packed=True)
@@ -274,13 +275,13 @@ def check_quantizable(weight: paddle.Tensor, fmt: QuantFormat, owner: str) -> No
     values = weight.astype("float32")
     bad = paddle.nonzero(~paddle.isfinite(values).all(axis=1)).flatten().numpy()
     if bad.size:
-        raise ValueError(f"{owner}: rows {_rows(bad)} hold NaN or Inf; a table with them cannot be quantized")
+        raise EdoValueError(f"{owner}: rows {_rows(bad)} hold NaN or Inf; a table with them cannot be quantized")
     if fmt.name != "bf16":
         limit = codecs.FLOAT_MAX["float16"]
         big = paddle.nonzero((values.abs() > limit).any(axis=1)).flatten().numpy()
         if big.size:
-            raise ValueError(f"{owner}: rows {_rows(big)} hold values beyond +-{limit:g}, which {fmt.name} "
-                             f"stores in fp16; use dtype 'bf16' or rescale the table")
+            raise EdoValueError(f"{owner}: rows {_rows(big)} hold values beyond +-{limit:g}, which {fmt.name} "
+                                f"stores in fp16; use dtype 'bf16' or rescale the table")
 
 
 def _rows(rows: np.ndarray) -> str:

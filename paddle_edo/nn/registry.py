@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, TYPE_CHECKING
 
+from ..errors import EdoValueError
 from ..schema import ConfigError, Option, check_section
 
 if TYPE_CHECKING:
@@ -22,10 +23,10 @@ def register_embedding(name: str) -> Callable[[type], type]:
     """Class decorator: make a layer available as ``embedding.type: <name>``."""
     def wrap(cls: type) -> type:
         if name in EMBEDDINGS:
-            raise ValueError(f"embedding type {name!r} is registered twice")
+            raise EdoValueError(f"embedding type {name!r} is registered twice")
         overlap = set(cls.config_options) & set(COMMON_OPTIONS)
         if overlap:
-            raise ValueError(f"{cls.__name__}.config_options redefines common keys {sorted(overlap)}")
+            raise EdoValueError(f"{cls.__name__}.config_options redefines common keys {sorted(overlap)}")
         cls.registry_name = name
         EMBEDDINGS[name] = cls
         return cls

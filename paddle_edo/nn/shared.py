@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 
+from ..errors import EdoValueError
 from ..kernels import can_fuse, fused_ops
 from ..schema import ConfigError, Option
 from .base import CompositeEmbedding
@@ -74,12 +75,12 @@ class HashEmbedding(CompositeEmbedding):
                  padding_idx: int | None = None, sparse: bool = True, seed: int = 0, init_std: float = 0.01) -> None:
         name = type(self).__name__
         if combine not in COMBINES:
-            raise ValueError(f"{name}: combine = {combine!r}; expected 'sum', 'mean' or 'concat'")
+            raise EdoValueError(f"{name}: combine = {combine!r}; expected 'sum', 'mean' or 'concat'")
         if isinstance(num_hashes, bool) or not isinstance(num_hashes, int) or num_hashes < 1:
-            raise ValueError(f"{name}: num_hashes = {num_hashes!r} must be an integer >= 1")
+            raise EdoValueError(f"{name}: num_hashes = {num_hashes!r} must be an integer >= 1")
         if combine == "concat" and embedding_dim % num_hashes:
-            raise ValueError(f"{name}: combine 'concat' needs embedding_dim ({embedding_dim}) divisible by "
-                             f"num_hashes ({num_hashes})")
+            raise EdoValueError(f"{name}: combine 'concat' needs embedding_dim ({embedding_dim}) divisible by "
+                                f"num_hashes ({num_hashes})")
         super().__init__(num_buckets, embedding_dim, None, sparse)
         self.padding_idx = padding_idx  # an id, not a row: any int64 may be the padding id
         self.num_hashes, self.combine, self.seed = num_hashes, combine, seed
@@ -139,11 +140,11 @@ class QREmbedding(CompositeEmbedding):
                  padding_idx: int | None = None, sparse: bool = True, init_std: float = 0.01) -> None:
         name = type(self).__name__
         if isinstance(num_collisions, bool) or not isinstance(num_collisions, int) or num_collisions < 1:
-            raise ValueError(f"{name}: num_collisions = {num_collisions!r} must be an integer >= 1")
+            raise EdoValueError(f"{name}: num_collisions = {num_collisions!r} must be an integer >= 1")
         if operation not in OPERATIONS:
-            raise ValueError(f"{name}: operation = {operation!r}; expected 'mult', 'add' or 'concat'")
+            raise EdoValueError(f"{name}: operation = {operation!r}; expected 'mult', 'add' or 'concat'")
         if operation == "concat" and embedding_dim % 2:
-            raise ValueError(f"{name}: operation 'concat' needs an even embedding_dim, got {embedding_dim}")
+            raise EdoValueError(f"{name}: operation 'concat' needs an even embedding_dim, got {embedding_dim}")
         super().__init__(num_embeddings, embedding_dim, padding_idx, sparse)
         self.num_collisions, self.operation = num_collisions, operation
         # an int64 tensor, not a Python scalar: to_static would store the scalar as float32

@@ -6,6 +6,7 @@ from typing import Iterable, Iterator
 
 import paddle
 
+from ..errors import EdoTypeError
 from ..nn.dense import DenseEmbedding
 from ..nn.quantized import QuantizedEmbedding
 
@@ -32,8 +33,8 @@ def quantize(model: paddle.nn.Layer, dtype: str = "int8", include: Iterable[str]
     QAT / PTQ tables are packed to their own dtype. Returns the model.
     """
     if isinstance(model, (paddle.nn.Embedding, DenseEmbedding)):
-        raise TypeError("quantize() swaps sublayers in place; for a bare table use "
-                        "QuantizedEmbedding.from_embedding(table, dtype)")
+        raise EdoTypeError("quantize() swaps sublayers in place; for a bare table use "
+                           "QuantizedEmbedding.from_embedding(table, dtype)")
     for parent, key, name, child in _children(model):
         if not _selected(name, include, exclude):
             continue

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import EdoValueError
+
 
 @dataclass(frozen=True)
 class QuantFormat:
@@ -67,5 +69,5 @@ FORMATS: dict[str, QuantFormat] = {
 
 def get_format(name: str, owner: str = "dtype") -> QuantFormat:
     if name not in FORMATS:
-        raise ValueError(f"{owner} = {name!r} is not supported; supported: {', '.join(FORMATS)}")
+        raise EdoValueError(f"{owner} = {name!r} is not supported; supported: {', '.join(FORMATS)}")
     return FORMATS[name]

@@ -6,6 +6,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..errors import EdoValueError
 from .tokenizer import JiebaTokenizer
 from .vocab import Vocab
 
@@ -29,7 +30,7 @@ class CharWordEncoder:
                  max_chars_per_word: int = 4) -> None:
         for name, value in (("max_words", max_words), ("max_chars_per_word", max_chars_per_word)):
             if not isinstance(value, int) or value < 1:
-                raise ValueError(f"CharWordEncoder: {name} = {value!r} must be an integer >= 1")
+                raise EdoValueError(f"CharWordEncoder: {name} = {value!r} must be an integer >= 1")
         self.tokenizer, self.words, self.chars = tokenizer, words, chars
         self.max_words, self.max_chars_per_word = max_words, max_chars_per_word
 
@@ -46,7 +47,7 @@ class CharWordEncoder:
                      ) -> EncodedBatch:
         """Pad a batch of texts (or of already segmented texts) to max_words x max_chars_per_word."""
         if (texts is None) == (segmented is None):
-            raise ValueError("CharWordEncoder.encode_batch: give texts or segmented, not both")
+            raise EdoValueError("CharWordEncoder.encode_batch: give texts or segmented, not both")
         encoded = [self.encode(t) for t in texts] if texts is not None else [self.encode_words(s) for s in segmented]
         batch = len(encoded)
         word_ids = np.zeros((batch, self.max_words), dtype=np.int64)

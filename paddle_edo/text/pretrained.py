@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import paddle
 
+from ..errors import EdoFileNotFoundError, EdoValueError
 from .vocab import Vocab
 
 
@@ -26,12 +27,12 @@ def read_word2vec(path: str | Path, binary: bool | None = None) -> tuple[list[st
     lines (text) or a token, a space and dim little-endian float32 (binary; guessed from a .bin name)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"read_word2vec: {path} does not exist")
+        raise EdoFileNotFoundError(f"read_word2vec: {path} does not exist")
     binary = path.suffix == ".bin" if binary is None else binary
     with open(path, "rb") as f:
         header = f.readline().decode("utf-8").split()
         if len(header) != 2 or not all(h.isdigit() for h in header):
-            raise ValueError(f"{path}: line 1 must be '<count> <dim>', got {' '.join(header)!r}")
+            raise EdoValueError(f"{path}: line 1 must be '<count> <dim>', got {' '.join(header)!r}")
         count, dim = int(header[0]), int(header[1])
         tokens, vectors = [], np.empty((count, dim), dtype=np.float32)
         for i in range(count):
@@ -39,12 +40,12 @@ def read_word2vec(path: str | Path, binary: bool | None = None) -> tuple[list[st
                 token = _read_token(f, path, i + 2)
                 raw = f.read(4 * dim)
                 if len(raw) != 4 * dim:
-                    raise ValueError(f"{path}: vector {i + 1} of {count} is cut short")
+                    raise EdoValueError(f"{path}: vector {i + 1} of {count} is cut short")
                 vectors[i] = np.frombuffer(raw, dtype="<f4")
             else:
                 line = f.readline().decode("utf-8").rstrip("\n").rstrip(" ").split(" ")
                 if len(line) != dim + 1:
-                    raise ValueError(f"{path}: line {i + 2} has {len(line) - 1} values, expected {dim}")
+                    raise EdoValueError(f"{path}: line {i + 2} has {len(line) - 1} values, expected {dim}")
                 token = line[0]
                 vectors[i] = np.asarray(line[1:], dtype=np.float32)
             tokens.append(token)
@@ -56,7 +57,7 @@ def _read_token(f, path: Path, line: int) -> str:
     while True:
         byte = f.read(1)
         if not byte:
-            raise ValueError(f"{path}: entry {line - 1} is cut short")
+            raise EdoValueError(f"{path}: entry {line - 1} is cut short")
         if byte == b" ":
             return raw.decode("utf-8").lstrip("\n")
         raw += byte
@@ -69,8 +70,8 @@ def load_pretrained(weight: paddle.Tensor, vocab: Vocab, path: str | Path, binar
     tokens, vectors = read_word2vec(path, binary)
     rows, dim = weight.shape
     if rows != len(vocab) or vectors.shape[1] != dim:
-        raise ValueError(f"load_pretrained: {path} has {vectors.shape[1]}-dim vectors and the vocabulary "
-                         f"{len(vocab)} tokens; the table is [{rows}, {dim}]")
+        raise EdoValueError(f"load_pretrained: {path} has {vectors.shape[1]}-dim vectors and the vocabulary "
+                            f"{len(vocab)} tokens; the table is [{rows}, {dim}]")
     ids = np.array([vocab.index.get(t, -1) for t in tokens], dtype=np.int64)
     found = ids > 1
     values = weight.numpy()

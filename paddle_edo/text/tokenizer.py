@@ -8,6 +8,8 @@ from typing import Any, Iterable, Sequence
 
 import jieba
 
+from ..errors import EdoFileNotFoundError
+
 
 @functools.lru_cache(maxsize=8)
 def _jieba(dictionary: str | None, user_dicts: tuple[str, ...]) -> jieba.Tokenizer:
@@ -34,7 +36,7 @@ class JiebaTokenizer:
                  ) -> None:
         for path in [*user_dicts, *([dictionary] if dictionary else [])]:
             if not Path(path).is_file():
-                raise FileNotFoundError(f"JiebaTokenizer: dictionary file {path} does not exist")
+                raise EdoFileNotFoundError(f"JiebaTokenizer: dictionary file {path} does not exist")
         self.hmm = hmm
         self.user_dicts = tuple(str(Path(p).resolve()) for p in user_dicts)
         self.dictionary = str(Path(dictionary).resolve()) if dictionary else None

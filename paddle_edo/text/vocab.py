@@ -5,10 +5,12 @@ import collections
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ..errors import EdoValueError
+
 PAD, UNK = "[PAD]", "[UNK]"
 
 
-class VocabError(ValueError):
+class VocabError(EdoValueError):
     """A vocabulary file or argument that cannot be used; the message names the line or argument."""
 
 

@@ -72,3 +72,24 @@ def test_train_eval_export_infer_on_synthetic_csv_data(tmp_path):
     served = run("infer.py", *args)
     assert served.returncode == 0, served.stderr
     assert served.stdout.strip().splitlines()[-2:] == lines[-2:]  # Paddle Inference scores as training did
+
+
+def test_every_error_of_the_toolkit_is_one_line_and_debug_shows_the_traceback(tmp_path):
+    args = ("-c", "configs/movielens_dense.yaml", "-o", "train.device=gpu", "-o", f"train.output_dir={tmp_path}")
+    result = run("train.py", *args)  # a layer-level error, not a config key: this machine has no GPU
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert error_lines(result) == [result.stderr.strip().splitlines()[-1]]
+    assert "train.device = 'gpu'" in error_lines(result)[0]
+    debug = run("train.py", *args, "--debug")
+    assert debug.returncode == 1 and "Traceback" in debug.stderr and "EdoRuntimeError" in debug.stderr
+
+
+def test_the_package_raises_only_its_own_errors():
+    import re
+
+    from paddle_edo.errors import EdoError  # every kind derives from it and from the matching built-in
+
+    builtin = re.compile(r"raise (ValueError|TypeError|IndexError|KeyError|RuntimeError|FileNotFoundError)\(")
+    found = [f"{path.relative_to(ROOT)}:{number}" for path in sorted((ROOT / "paddle_edo").rglob("*.py"))
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if builtin.search(line)]
+    assert found == [] and issubclass(EdoError, Exception)

@@ -1,0 +1,36 @@
+"""The base of every error paddle_edo raises on purpose: bad input (a value, an id, a file, a setting) or
+a run that cannot go on. Its message names the layer, key or file, the value, and what is allowed, so
+the tools print it as one ``error:`` line; anything else that escapes them is a bug and keeps its
+traceback. Each kind also derives from the built-in exception a caller would catch for it."""
+from __future__ import annotations
+
+
+class EdoError(Exception):
+    """An error paddle_edo raised on purpose, with a message meant for the user."""
+
+
+class EdoValueError(EdoError, ValueError):
+    """A bad value: a setting, a shape, a file's content."""
+
+
+class EdoTypeError(EdoError, TypeError):
+    """A value of the wrong kind (float ids, an optimizer a table cannot train with)."""
+
+
+class EdoIndexError(EdoError, IndexError):
+    """An id outside a table's range."""
+
+
+class EdoKeyError(EdoError, KeyError):
+    """A name that is not there (a task, a row that is not resident)."""
+
+    def __str__(self) -> str:  # the message, not KeyError's repr of it
+        return str(self.args[0]) if self.args else ""
+
+
+class EdoRuntimeError(EdoError, RuntimeError):
+    """Something that cannot run as asked (a mode, a missing compiler, a missing optimizer binding)."""
+
+
+class EdoFileNotFoundError(EdoError, FileNotFoundError):
+    """A file or folder that should be there is not."""
