@@ -100,6 +100,24 @@ def train_default_experiment(output_dir: str, overrides: list[str]) -> tuple[Eng
     return engine, engine.fit()
 
 
+def to_static_benchmark(repeats: int) -> dict:
+    """Training examples/s of the MovieLens DeepFM (1 epoch) in dynamic graph and with train.to_static (SOT:
+    tables in dynamic graph, the rest compiled; the first epoch includes the compilation), rounds alternated,
+    medians; and the test AUC of each."""
+    runs: dict[str, list[dict]] = {"dygraph": [], "to_static": []}
+    with tempfile.TemporaryDirectory() as scratch:
+        for round_ in range(repeats):
+            for name in runs:
+                engine, results = train_default_experiment(f"{scratch}/{name}{round_}", [
+                    "train.epochs=1", "monitor.enable=false", f"train.to_static={name == 'to_static'}"])
+                runs[name].append({"examples_per_second": len(engine.splits.train) / results["train_seconds"],
+                                   "test_auc": results["test_auc"]})
+    medians = {name: float(np.median([r["examples_per_second"] for r in rs])) for name, rs in runs.items()}
+    return {"settings": {"data": "MovieLens-100K", "model": "DeepFM", "epochs": 1, "rounds": repeats},
+            "examples_per_second": medians, "to_static_vs_dygraph": medians["to_static"] / medians["dygraph"],
+            "test_auc": {name: rs[0]["test_auc"] for name, rs in runs.items()}, "runs": runs}
+
+
 def add_deltas(results: list[dict], baseline_of) -> None:
     """AUC delta and bytes ratio of each result against its baseline result."""
     for r in results:
@@ -464,6 +482,10 @@ def main(argv: list[str] | None = None) -> int:
     text.add_argument("--epochs", type=int, default=None, help="default: the config's")
     text.add_argument("--threads", type=int, default=2)
     text.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
+    to_static = sub.add_parser("to_static", help="training examples/s with train.to_static beside dynamic graph")
+    to_static.add_argument("--repeats", type=int, default=3)
+    to_static.add_argument("--threads", type=int, default=2)
+    to_static.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     ps = sub.add_parser("ps", help="parameter servers: examples/s with 1 and 2 trainers, bytes pushed per step")
     ps.add_argument("--threads", type=int, default=2)
     ps.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
@@ -493,6 +515,14 @@ def main(argv: list[str] | None = None) -> int:
         for r in results:
             print(f"| {r['name']} | {r['test_auc']:.4f} | {r['auc_delta']:+.4f} | {r['held_bytes']:,} | "
                   f"{r['bytes_ratio']:.1f}x |")
+        return 0
+    if args.what == "to_static":
+        result = to_static_benchmark(args.repeats)
+        result["settings"].update(threads=args.threads, malloc=MALLOC)
+        (out / "to_static.json").write_text(json.dumps(result, indent=2))
+        for name, value in result["examples_per_second"].items():
+            print(f"| {name} | {value:,.0f} examples/s | test AUC {result['test_auc'][name]:.4f} |")
+        print(f"to_static / dygraph: {result['to_static_vs_dygraph']:.2f}x")
         return 0
     if args.what == "monitor":
         print(f"monitor overhead: MovieLens-100K, 1 epoch x {args.repeats}, {args.threads} threads, {MALLOC}")
