@@ -31,9 +31,9 @@ import paddle
 
 logger = logging.getLogger("paddle_edo")
 
-SOURCES = [Path(__file__).with_name(name) for name in ("lookups.cc", "unique_ids.cc", "row_norms.cc")]
+SOURCES = [Path(__file__).with_name(name) for name in ("lookups.cc", "quantized.cc", "unique_ids.cc", "row_norms.cc")]
 NAME = "paddle_edo_lookups"
-FLAGS = ["-O3", "-fopenmp"]
+FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]  # no fused multiply-adds: the composite ops' exact roundings
 _loaded: dict[str, tuple[ModuleType, Path] | None] = {}
 _C_FUNCTIONS = {  # row_norms.cc's functions: (result, argument types)
     "edo_summarize_groups": (ctypes.c_int64, [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 11]),
@@ -125,6 +125,16 @@ def fused_static_programs(enabled: bool = True) -> Iterator[None]:
         yield
     finally:
         _static_fusion[0] = before
+
+
+@paddle.jit.not_to_static
+def can_fuse_decode(ids: paddle.Tensor, codes: paddle.Tensor) -> bool:
+    """Whether a packed table's lookup may take the fused gather-decode kernel: ids and codes on the CPU in
+    dynamic graph (packed codes never take a gradient), or a static program traced inside
+    ``fused_static_programs``; and the extension at hand."""
+    if not paddle.in_dynamic_mode():
+        return _static_fusion[0] and fused_ops() is not None
+    return ids.place.is_cpu_place() and codes.place.is_cpu_place() and fused_ops() is not None
 
 
 @paddle.jit.not_to_static

@@ -9,6 +9,7 @@ import paddle.nn.functional as F
 
 from ..errors import EdoRuntimeError, EdoValueError
 from ..compat import sparse_gradient
+from ..kernels import can_fuse_decode, fused_ops
 from ..quant import codecs
 from ..quant.formats import FORMATS, QuantFormat, get_format
 from ..schema import ConfigError, Option
@@ -21,6 +22,7 @@ LOW_PRECISION_DTYPES = ("fp16", "bf16", "int8")
 ROW_OPTIMIZERS = ("sgd", "adagrad")
 ENCODE_CHUNK_ROWS = 1 << 16
 ADAGRAD_EPSILON = 1e-8
+FORMAT_NUMBERS = {name: number for number, name in enumerate(FORMATS)}  # kernels/quantized.cc's numbering
 
 
 @register_embedding("quantized")
@@ -141,7 +143,12 @@ class QuantizedEmbedding(EmbeddingBase):
 
     # -------------------------------------------------------------- lookup
     def decode_rows(self, ids: paddle.Tensor) -> paddle.Tensor:
-        """fp32 rows of the given ids, decoded from packed storage."""
+        """fp32 rows of the given ids, decoded from packed storage: by the fused CPU kernel where it may
+        serve (the same values, bit for bit), else by Paddle's composite ops."""
+        if can_fuse_decode(ids, self.codes):
+            params = self.codes if self.row_params is None else self.row_params  # float formats: unused
+            return fused_ops().edo_quantized_lookup(ids.astype("int64"), self.codes, params,
+                                                    FORMAT_NUMBERS[self.format.name], self.embedding_dim, False, 0)
         codes = F.embedding(ids, self.codes)
         params = None if self.row_params is None else F.embedding(ids, self.row_params)
         return codecs.decode(codes, params, self.format, self.embedding_dim)

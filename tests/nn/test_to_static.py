@@ -8,35 +8,15 @@ can. The DeepFM case runs with every default.
 import numpy as np
 import paddle
 import pytest
+from layer_zoo import DIM, LAYERS, ROWS, STATIC_ONLY
 from paddle.jit.sot.utils import min_graph_size_guard
 
 from paddle_edo.data import FieldSpec
 from paddle_edo.export import Predictor, export_model, input_specs
 from paddle_edo.models import DeepFM
-from paddle_edo.nn import (CachedEmbedding, ClusteredEmbedding, DenseEmbedding, HashEmbedding, MixedDimEmbedding,
-                           QREmbedding, QuantizedEmbedding, bind_optimizer, uncache)
+from paddle_edo.nn import DenseEmbedding, QuantizedEmbedding, bind_optimizer, uncache
 from paddle_edo.nn.cached import load_model_with_caches
 from paddle_edo.nn.registry import EMBEDDINGS
-
-ROWS, DIM = 200, 8
-FREQUENCIES = np.arange(ROWS)[::-1].astype(np.float64)
-
-LAYERS = {
-    "dense": lambda: DenseEmbedding(ROWS, DIM, padding_idx=0, init_std=0.3),
-    "quantized_ptq": lambda: QuantizedEmbedding(ROWS, DIM, "int8", padding_idx=0, init_std=0.3),
-    "quantized_qat": lambda: QuantizedEmbedding(ROWS, DIM, "int4", padding_idx=0, mode="qat", init_std=0.3),
-    "quantized_low_precision": lambda: QuantizedEmbedding(ROWS, DIM, "int8", padding_idx=0, mode="low_precision",
-                                                          init_std=0.3),
-    "quantized_packed": lambda: QuantizedEmbedding.from_embedding(DenseEmbedding(ROWS, DIM, padding_idx=0,
-                                                                                 init_std=0.3), "int2"),
-    "hash": lambda: HashEmbedding(50, DIM, padding_idx=0, init_std=0.3),
-    "qr": lambda: QREmbedding(ROWS, DIM, 16, padding_idx=0),
-    "mixed_dim": lambda: MixedDimEmbedding(ROWS, DIM, FREQUENCIES, padding_idx=0, init_std=0.3),
-    "clustered": lambda: ClusteredEmbedding.from_embedding(DenseEmbedding(ROWS, DIM, init_std=0.3), FREQUENCIES,
-                                                           20, 10),
-    "cached": lambda: CachedEmbedding(ROWS, DIM, cache_rows=60, padding_idx=0, init_std=0.3),
-}
-STATIC_ONLY = {"ps_sparse"}  # parameter-server tables exist in static programs only (tests/distributed)
 
 
 class Head(paddle.nn.Layer):

@@ -1,0 +1,110 @@
+"""The fused gather-decode kernel of packed tables (kernels/quantized.cc) against Paddle's composite decode."""
+import numpy as np
+import paddle
+import pytest
+
+import paddle_edo.kernels as kernels
+from paddle_edo.data import FieldSpec
+from paddle_edo.export import Predictor, export_model, input_specs, uses_fused_kernels
+from paddle_edo.models import DeepFM
+from paddle_edo.nn import DenseEmbedding, QuantizedEmbedding
+from paddle_edo.quant import FORMATS
+
+
+def composite(monkeypatch, layer, ids):
+    """The layer's lookup with the kernels unavailable: Paddle's composite ops."""
+    with monkeypatch.context() as patch:
+        patch.setitem(kernels._loaded, kernels.NAME, None)
+        with paddle.no_grad():
+            return layer(ids).numpy()
+
+
+def packed_table(dtype, rows, dim, padding_idx=0, seed=0):
+    paddle.seed(seed)
+    dense = DenseEmbedding(rows, dim, padding_idx=padding_idx, init_std=0.5)
+    with paddle.no_grad():  # tiny values too: fp16 subnormals must decode exactly as well
+        dense.weight[1] = paddle.full([dim], 3e-6)
+        dense.weight[2] = paddle.linspace(-1e-5, 1e-5, dim)
+    return QuantizedEmbedding.from_embedding(dense, dtype)
+
+
+@pytest.mark.parametrize("dim", [64, 7, 1])
+@pytest.mark.parametrize("dtype", list(FORMATS))
+def test_fused_decode_equals_the_composite_decode_bit_for_bit(monkeypatch, dtype, dim):
+    assert kernels.fused_ops() is not None  # built by `make test`
+    table = packed_table(dtype, 3000, dim)
+    ids = np.random.default_rng(1).integers(0, 3000, (700, 9)).astype(np.int64)  # enough for the threads
+    ids[0, :3] = [0, 1, 2]  # the padding row, tiny values
+    with paddle.no_grad():
+        fused = table(paddle.to_tensor(ids)).numpy()
+    expected = composite(monkeypatch, table, paddle.to_tensor(ids))
+    assert fused.dtype == np.float32 and fused.shape == (700, 9, dim)
+    np.testing.assert_array_equal(fused.view(np.uint32), expected.view(np.uint32))  # the very bits, signs of 0 too
+    assert not fused[0, 0].any()  # the padding row decodes to zero
+
+
+def test_every_lookup_of_a_packed_table_on_the_cpu_takes_the_kernel(monkeypatch):
+    calls = []
+    import paddle_edo.nn.quantized as quantized
+
+    def counted():
+        calls.append(1)
+        return kernels.fused_ops()
+    monkeypatch.setattr(quantized, "fused_ops", counted)
+    table = packed_table("int4", 100, 8)
+    ids = paddle.to_tensor([[1, 5, 0]], dtype="int32")  # int32 ids too
+    table.eval()
+    with paddle.no_grad():
+        table(ids)
+    table.train()
+    table(ids)  # a packed table has nothing to train: its lookups take the kernel in training mode too
+    assert len(calls) == 2
+
+
+def test_low_precision_training_decodes_its_rows_with_the_kernel_and_trains_the_same(monkeypatch):
+    def run(kernel):
+        with monkeypatch.context() as patch:
+            if not kernel:
+                patch.setitem(kernels._loaded, kernels.NAME, None)
+            paddle.seed(3)
+            table = QuantizedEmbedding(500, 8, "int8", mode="low_precision", padding_idx=0, init_std=0.2)
+            table.configure_row_optimizer("adagrad")
+            for step in range(3):
+                ids = paddle.to_tensor(np.random.default_rng(step).integers(0, 500, (64, 4)))
+                (table(ids) ** 2).sum().backward()
+                paddle.seed(100 + step)
+                table.apply_row_updates(0.1)
+            return table.codes.numpy(), table.row_params.numpy()
+    for with_kernel, without in zip(run(True), run(False)):
+        np.testing.assert_array_equal(with_kernel, without)
+
+
+def test_the_kernel_refuses_ids_outside_the_table_before_reading_them():
+    table = packed_table("int8", 50, 4)
+    with pytest.raises(Exception, match=r"id 50 is outside \[0, 50\)"):
+        kernels.fused_ops().edo_quantized_lookup(paddle.to_tensor([1, 50]), table.codes, table.row_params, 2, 4,
+                                                 False, 0)
+    with pytest.raises(Exception, match=r"id -3 is outside \[0, 50\)"):
+        kernels.fused_ops().edo_quantized_lookup(paddle.to_tensor([-3]), table.codes, table.row_params, 2, 4,
+                                                 False, 0)
+    with pytest.raises(Exception, match="row parameters must be float16"):
+        kernels.fused_ops().edo_quantized_lookup(paddle.to_tensor([1]), table.codes, table.codes, 2, 4, False, 0)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int4", "bf16", "binary"])
+def test_a_fused_export_of_packed_tables_serves_the_same_bits(tmp_path, dtype):
+    fields = [FieldSpec("user", 2000), FieldSpec("tags", 40, max_len=3)]
+    paddle.seed(0)
+    model = DeepFM(fields, {"type": "quantized", "dtype": dtype, "dim": 8, "init_std": 0.3}, hidden_units=[8])
+    for table in [*model.embeddings.values(), *model.first_order.values()]:
+        table.pack()
+    model.eval()
+    rng = np.random.default_rng(0)
+    ids = [rng.integers(0, 2000, 300).astype(np.int64), rng.integers(0, 40, (300, 3)).astype(np.int64)]
+    with paddle.no_grad():
+        eager = model([paddle.to_tensor(i) for i in ids]).numpy()
+    fused = export_model(model, input_specs(fields), tmp_path / "fused" / "model", fused_kernels=True)
+    plain = export_model(model, input_specs(fields), tmp_path / "plain" / "model")
+    assert uses_fused_kernels(f"{fused}.pdmodel") and not uses_fused_kernels(f"{plain}.pdmodel")
+    np.testing.assert_array_equal(Predictor(fused).run(ids), eager)
+    np.testing.assert_array_equal(Predictor(plain).run(ids), eager)
