@@ -15,7 +15,8 @@ import logging
 import os
 import shutil
 import socket
-import threading
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -438,16 +439,31 @@ def _tables_to_servers(model: paddle.nn.Layer, table_options: dict[str, Any]) ->
                                                       **table_options)
 
 
-def _exit_after(seconds: int, reason: str) -> threading.Timer:
-    """Bound the process: after ``seconds`` (unless the timer is cancelled) it says why and exits with
-    status 3, which fails the launcher's job."""
-    def expire() -> None:
-        print(f"paddle_edo: {reason}; exiting", flush=True)
-        os._exit(3)
-    timer = threading.Timer(seconds, expire)
-    timer.daemon = True
-    timer.start()
-    return timer
+class _Watchdog:
+    """A process that, after ``seconds`` unless cancelled, says why on this process's stdout and kills it
+    (which fails the launcher's job). A process, not a timer thread: a trainer stalled in Paddle's C++
+    start-up barriers holds the GIL, so a thread never runs (seen: geo trainers stalled past every bound
+    while another process kept a core busy). It ends by itself once this process is gone."""
+
+    _CODE = ("import os, signal, sys, time\n"
+             "parent, seconds, reason = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]\n"
+             "time.sleep(seconds)\n"
+             "if os.getppid() == parent:\n"
+             "    print(f'paddle_edo: {reason}; exiting', flush=True)\n"
+             "    os.kill(parent, signal.SIGKILL)\n")
+
+    def __init__(self, seconds: int, reason: str) -> None:
+        self.process = subprocess.Popen([sys.executable, "-c", self._CODE, str(os.getpid()), str(seconds), reason],
+                                        stdin=subprocess.DEVNULL)
+
+    def cancel(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def _exit_after(seconds: int, reason: str) -> _Watchdog:
+    """Bound this process: after ``seconds`` (unless cancelled) it is stopped, saying why."""
+    return _Watchdog(seconds, reason)
 
 
 FINISHED = "paddle_edo: finished as"  # the last line of every process that ended normally (tools/launch.py)
