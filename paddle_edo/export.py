@@ -11,7 +11,8 @@ from .errors import EdoFileNotFoundError, EdoRuntimeError, EdoValueError
 from .data.ctr import FieldSpec
 from .kernels import fused_ops, fused_static_programs
 
-FUSED_OPS = ("edo_hash_lookup", "edo_qr_lookup", "edo_mixed_dim_lookup", "edo_quantized_lookup")  # the custom operators of kernels/lookups.cc
+FUSED_OPS = ("edo_hash_lookup", "edo_qr_lookup", "edo_mixed_dim_lookup", "edo_quantized_lookup",
+             "edo_bag_pool")  # the custom operators of kernels/lookups.cc
 
 
 def input_specs(fields: Sequence[FieldSpec]) -> list[paddle.static.InputSpec]:

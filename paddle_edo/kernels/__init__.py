@@ -31,7 +31,8 @@ import paddle
 
 logger = logging.getLogger("paddle_edo")
 
-SOURCES = [Path(__file__).with_name(name) for name in ("lookups.cc", "quantized.cc", "unique_ids.cc", "row_norms.cc")]
+SOURCES = [Path(__file__).with_name(name)
+           for name in ("lookups.cc", "quantized.cc", "bags.cc", "unique_ids.cc", "row_norms.cc")]
 NAME = "paddle_edo_lookups"
 FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]  # no fused multiply-adds: the composite ops' exact roundings
 _loaded: dict[str, tuple[ModuleType, Path] | None] = {}

@@ -6,8 +6,10 @@ from typing import Any, Sequence
 import paddle
 import paddle.nn as nn
 
-from ..errors import EdoValueError
 from ..data.ctr import FieldSpec
+from ..errors import EdoValueError
+from ..nn.bag import pooled_lookup
+from ..nn.base import EmbeddingBase
 from ..nn.registry import build_embedding
 from .mlp import mlp
 
@@ -52,17 +54,14 @@ class DeepFM(nn.Layer):
             names.update({f"first_order.{f.name}": f.name for f in self.fields})
         return names
 
-    def _pool(self, field: FieldSpec, ids: paddle.Tensor, vectors: paddle.Tensor) -> paddle.Tensor:
+    def _lookup(self, field: FieldSpec, table: EmbeddingBase, ids: paddle.Tensor) -> paddle.Tensor:
+        """A field's vectors [B, D]: a multi-valued field's ids [B, L] pooled as a bag (padding id 0)."""
         if not field.multi_valued:
-            return vectors
-        summed = vectors.sum(axis=1)
-        if self.pooling == "sum":
-            return summed
-        count = (ids != 0).astype(vectors.dtype).sum(axis=1, keepdim=True)
-        return summed / paddle.clip(count, min=1.0)
+            return table(ids)
+        return pooled_lookup(table, ids, mode=self.pooling, padding_idx=0, owner=f"DeepFM field '{field.name}'")
 
     def forward(self, ids: list[paddle.Tensor]) -> paddle.Tensor:
-        vectors = [self._pool(f, x, self.embeddings[f.name](x)) for f, x in zip(self.fields, ids)]
+        vectors = [self._lookup(f, self.embeddings[f.name], x) for f, x in zip(self.fields, ids)]
         stacked = paddle.stack(vectors, axis=1)                        # [B, F, D]
         logit = self.mlp(stacked.flatten(start_axis=1)).squeeze(-1)    # [B]
         if self.use_fm:
@@ -70,6 +69,6 @@ class DeepFM(nn.Layer):
             sum_of_square = stacked.square().sum(axis=1)
             logit = logit + 0.5 * (square_of_sum - sum_of_square).sum(axis=-1)
         if self.first_order is not None:
-            weights = [self._pool(f, x, self.first_order[f.name](x)) for f, x in zip(self.fields, ids)]
+            weights = [self._lookup(f, self.first_order[f.name], x) for f, x in zip(self.fields, ids)]
             logit = logit + paddle.concat(weights, axis=-1).sum(axis=-1)
         return logit

@@ -9,6 +9,7 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 
 from ..errors import EdoTypeError, EdoValueError
+from .bag import pooled_lookup
 from .base import CompositeEmbedding, EmbeddingBase
 from .registry import build_embedding
 
@@ -68,7 +69,7 @@ class CharWordEmbedding(CompositeEmbedding):
             word_ids = paddle.where(dropped, paddle.full_like(word_ids, UNK_ID), word_ids)
         if self.fusion == "word":
             return self.words(word_ids)
-        chars = masked_mean(self.chars(char_ids), char_ids != 0)           # [B, W, D]
+        chars = pooled_lookup(self.chars, char_ids, mode="mean", padding_idx=0, owner=self.full_name())  # [B, W, D]
         if self.fusion == "char":
             return chars
         known = (word_ids > UNK_ID).astype(chars.dtype).unsqueeze(-1)       # 0 for [PAD] and [UNK]

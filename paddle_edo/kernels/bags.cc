@@ -1,0 +1,193 @@
+// Pooled lookups (embedding bags) on the CPU: each bag's rows summed, averaged or maxed into one output
+// row in one pass, where a lookup followed by a reduction writes and reads every looked-up row once more.
+// ``rows`` is the table itself (lookups without gradient) or the batch's distinct rows (training: the
+// gradient then reaches the table as one sparse row per distinct id, see nn/bag.py).
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "paddle/extension.h"
+
+namespace {
+
+enum Mode { kSum = 0, kMean = 1, kMax = 2 };
+
+constexpr int64_t kPrefetchDistance = 8;
+constexpr int64_t kParallelBags = 256;
+
+struct Bags {
+  const float* rows;
+  int64_t num_rows, dim;
+  const int64_t* index;    // row of each entry
+  const int64_t* ids;      // id of each entry (the padding id's entries are skipped)
+  const int64_t* offsets;  // bag b holds entries [offsets[b], offsets[b + 1])
+  int64_t num_bags, num_entries;
+  const float* weights;    // one per entry, or null
+  bool has_padding;
+  int64_t padding_idx;
+
+  bool Skipped(int64_t j) const { return has_padding && ids[j] == padding_idx; }
+};
+
+Bags Check(const paddle::Tensor& rows, const paddle::Tensor& index, const paddle::Tensor& ids,
+           const paddle::Tensor& offsets, const paddle::Tensor& weights, bool has_padding, int64_t padding_idx) {
+  PD_CHECK(rows.is_cpu() && rows.dtype() == paddle::DataType::FLOAT32 && rows.shape().size() == 2,
+           "rows must be float32 [rows, dim] on the CPU");
+  for (const paddle::Tensor* t : {&index, &ids, &offsets}) {
+    PD_CHECK(t->is_cpu() && t->dtype() == paddle::DataType::INT64 && t->shape().size() == 1,
+             "index, ids and offsets must be 1-D int64 on the CPU");
+  }
+  Bags bags{rows.data<float>(), rows.shape()[0], rows.shape()[1], index.data<int64_t>(), ids.data<int64_t>(),
+            offsets.data<int64_t>(), offsets.numel() - 1, index.numel(), nullptr, has_padding, padding_idx};
+  PD_CHECK(ids.numel() == bags.num_entries, "ids and index must have one entry each");
+  PD_CHECK(bags.num_bags >= 0 && bags.offsets[0] == 0 && bags.offsets[bags.num_bags] == bags.num_entries,
+           "offsets must start at 0 and end at the number of ids");
+  for (int64_t b = 0; b < bags.num_bags; ++b) {
+    PD_CHECK(bags.offsets[b] <= bags.offsets[b + 1], "offsets must not decrease (bag ", b, ")");
+  }
+  for (int64_t j = 0; j < bags.num_entries; ++j) {  // before any read
+    PD_CHECK(bags.Skipped(j) || (bags.index[j] >= 0 && bags.index[j] < bags.num_rows), "entry ", j, ": row ",
+             bags.index[j], " is outside [0, ", bags.num_rows, ")");
+  }
+  if (weights.numel() > 0) {
+    PD_CHECK(weights.is_cpu() && weights.dtype() == paddle::DataType::FLOAT32 && weights.numel() == bags.num_entries,
+             "weights must be float32, one per id");
+    bags.weights = weights.data<float>();
+  }
+  return bags;
+}
+
+void PoolBag(const Bags& bags, int mode, int64_t b, float* out, int64_t* argmax) {
+  const int64_t dim = bags.dim;
+  float* acc = out + b * dim;
+  int64_t* arg = mode == kMax ? argmax + b * dim : nullptr;
+  std::fill(acc, acc + dim, mode == kMax ? -std::numeric_limits<float>::infinity() : 0.0f);
+  if (arg != nullptr) std::fill(arg, arg + dim, int64_t{-1});
+  int64_t count = 0;
+  const int64_t end = bags.offsets[b + 1];
+  for (int64_t j = bags.offsets[b]; j < end; ++j) {
+    if (j + kPrefetchDistance < end && !bags.Skipped(j + kPrefetchDistance)) {
+      __builtin_prefetch(bags.rows + bags.index[j + kPrefetchDistance] * dim);
+    }
+    if (bags.Skipped(j)) continue;
+    ++count;
+    const float* row = bags.rows + bags.index[j] * dim;
+    if (mode == kMax) {
+      for (int64_t d = 0; d < dim; ++d) {
+        if (row[d] > acc[d]) {
+          acc[d] = row[d];
+          arg[d] = j;
+        }
+      }
+    } else if (bags.weights != nullptr) {
+      const float w = bags.weights[j];
+      for (int64_t d = 0; d < dim; ++d) acc[d] += w * row[d];
+    } else {
+      for (int64_t d = 0; d < dim; ++d) acc[d] += row[d];
+    }
+  }
+  if (count == 0) {
+    std::fill(acc, acc + dim, 0.0f);  // an empty bag gives zeros in every mode
+  } else if (mode == kMean) {
+    const float n = static_cast<float>(count);
+    for (int64_t d = 0; d < dim; ++d) acc[d] /= n;
+  }
+}
+
+}  // namespace
+
+// rows [R, D], index/ids [N], offsets [B + 1], weights [N] or [0] -> out [B, D] and, for max, the entry
+// each output value came from ([B, D]; a [1, 1] placeholder otherwise: Paddle refuses an empty output),
+// which the backward pass routes the gradient to.
+std::vector<paddle::Tensor> BagPool(const paddle::Tensor& rows, const paddle::Tensor& index, const paddle::Tensor& ids,
+                                    const paddle::Tensor& offsets, const paddle::Tensor& weights, int mode,
+                                    bool has_padding, int64_t padding_idx) {
+  PD_CHECK(mode >= kSum && mode <= kMax, "unknown pooling mode ", mode);
+  const Bags bags = Check(rows, index, ids, offsets, weights, has_padding, padding_idx);
+  paddle::Tensor out = paddle::empty({bags.num_bags, bags.dim}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  const bool max = mode == kMax;
+  paddle::Tensor argmax = paddle::empty({max ? bags.num_bags : 1, max ? bags.dim : 1}, paddle::DataType::INT64,
+                                        paddle::CPUPlace());
+  float* o = out.data<float>();
+  int64_t* a = argmax.data<int64_t>();
+  if (!max) a[0] = -1;
+#pragma omp parallel for if (bags.num_bags > kParallelBags)
+  for (int64_t b = 0; b < bags.num_bags; ++b) PoolBag(bags, mode, b, o, a);
+  return {out, argmax};
+}
+
+// The gradient of the rows: each entry's row gets its bag's output gradient (times its weight, divided by
+// the bag's count for mean; for max, only where it gave the maximum). Dimensions are split between
+// threads, so no two threads add to the same value.
+std::vector<paddle::Tensor> BagPoolGrad(const paddle::Tensor& rows, const paddle::Tensor& index,
+                                        const paddle::Tensor& ids, const paddle::Tensor& offsets,
+                                        const paddle::Tensor& weights, const paddle::Tensor& argmax,
+                                        const paddle::Tensor& grad_out, int mode, bool has_padding,
+                                        int64_t padding_idx) {
+  const Bags bags = Check(rows, index, ids, offsets, weights, has_padding, padding_idx);
+  const int64_t dim = bags.dim;
+  paddle::Tensor grad_rows = paddle::empty({bags.num_rows, dim}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  float* g = grad_rows.data<float>();
+  std::memset(g, 0, sizeof(float) * bags.num_rows * dim);
+  const float* go = grad_out.data<float>();
+  if (mode == kMax) {
+    const int64_t* a = argmax.data<int64_t>();
+    for (int64_t b = 0; b < bags.num_bags; ++b) {
+      for (int64_t d = 0; d < dim; ++d) {
+        if (a[b * dim + d] >= 0) g[bags.index[a[b * dim + d]] * dim + d] += go[b * dim + d];
+      }
+    }
+    return {grad_rows};
+  }
+  std::vector<float> scale(bags.num_bags, 1.0f);
+  if (mode == kMean) {
+    for (int64_t b = 0; b < bags.num_bags; ++b) {
+      int64_t count = 0;
+      for (int64_t j = bags.offsets[b]; j < bags.offsets[b + 1]; ++j) count += !bags.Skipped(j);
+      scale[b] = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+    }
+  }
+  constexpr int64_t kChunk = 16;
+#pragma omp parallel for if (bags.num_entries * dim > (1 << 16))
+  for (int64_t start = 0; start < dim; start += kChunk) {
+    const int64_t stop = std::min(dim, start + kChunk);
+    for (int64_t b = 0; b < bags.num_bags; ++b) {
+      const float* gb = go + b * dim;
+      for (int64_t j = bags.offsets[b]; j < bags.offsets[b + 1]; ++j) {
+        if (bags.Skipped(j)) continue;
+        const float w = (bags.weights != nullptr ? bags.weights[j] : 1.0f) * scale[b];
+        float* gr = g + bags.index[j] * dim;
+        for (int64_t d = start; d < stop; ++d) gr[d] += w * gb[d];
+      }
+    }
+  }
+  return {grad_rows};
+}
+
+std::vector<std::vector<int64_t>> BagPoolShape(const std::vector<int64_t>& rows, const std::vector<int64_t>& index,
+                                               const std::vector<int64_t>& ids, const std::vector<int64_t>& offsets,
+                                               const std::vector<int64_t>& weights, int mode, bool has_padding,
+                                               int64_t padding_idx) {
+  const int64_t bags = offsets[0] < 0 ? -1 : offsets[0] - 1;
+  return {{bags, rows[1]}, {mode == kMax ? bags : 1, mode == kMax ? rows[1] : 1}};
+}
+
+std::vector<paddle::DataType> BagPoolDtype(const paddle::DataType&, const paddle::DataType&, const paddle::DataType&,
+                                           const paddle::DataType&, const paddle::DataType&) {
+  return {paddle::DataType::FLOAT32, paddle::DataType::INT64};
+}
+
+PD_BUILD_OP(edo_bag_pool)
+    .Inputs({"Rows", "Index", "Ids", "Offsets", "Weights"})
+    .Outputs({"Out", "Argmax"})
+    .Attrs({"mode: int", "has_padding: bool", "padding_idx: int64_t"})
+    .SetKernelFn(PD_KERNEL(BagPool))
+    .SetInferShapeFn(PD_INFER_SHAPE(BagPoolShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(BagPoolDtype));
+
+PD_BUILD_GRAD_OP(edo_bag_pool)
+    .Inputs({"Rows", "Index", "Ids", "Offsets", "Weights", "Argmax", paddle::Grad("Out")})
+    .Outputs({paddle::Grad("Rows")})
+    .Attrs({"mode: int", "has_padding: bool", "padding_idx: int64_t"})
+    .SetKernelFn(PD_KERNEL(BagPoolGrad));

@@ -1,0 +1,211 @@
+"""Pooled lookups: EmbeddingBag, and pooled_lookup for models that pool any table of theirs.
+
+A bag is a row of a padded id tensor ``[..., L]`` (padding ids skipped) or a span of flat ids given by
+offsets (as ``torch.nn.EmbeddingBag`` takes them); its vector is the sum, mean or max of its rows, sums
+optionally weighted per id. An empty bag gives zeros.
+
+Pooling is a layer over a table rather than an option of every table: each table keeps one meaning (an
+id -> a vector), and one pooling serves them all (fp32, packed, hash, QR, mixed-dim, cached), through
+their own lookups. Over a ``DenseEmbedding`` on the CPU a native kernel pools the rows in one pass; in
+training it pools the batch's distinct rows, so the table's gradient is a sparse row per distinct id, in
+increasing order (what lazy Adam updates without merging).
+"""
+from __future__ import annotations
+
+import numpy as np
+import paddle
+
+from ..compat import dynamic_graph_under_sot
+from ..errors import EdoTypeError, EdoValueError
+from ..kernels import can_fuse, fused_ops
+from .base import CompositeEmbedding, EmbeddingBase
+from .dedup import distinct_rows, unique_ids
+from .dense import DenseEmbedding
+
+MODES = ("sum", "mean", "max")
+
+
+@dynamic_graph_under_sot  # under SOT the pooling runs in dynamic graph, as the tables' lookups do
+def pooled_lookup(table: EmbeddingBase, ids: paddle.Tensor, offsets: paddle.Tensor | None = None,
+                  per_sample_weights: paddle.Tensor | None = None, mode: str = "mean",
+                  padding_idx: int | None = None, owner: str = "pooled_lookup") -> paddle.Tensor:
+    """Pool ``table``'s rows by bag: ids [..., L] -> [..., D], or flat ids [N] with ``offsets`` [B] (the
+    start of each bag) -> [B, D]. Ids equal to ``padding_idx`` count in no bag."""
+    if mode not in MODES:
+        raise EdoValueError(f"{owner}: mode = {mode!r}; expected one of {', '.join(map(repr, MODES))}")
+    if per_sample_weights is not None and mode != "sum":
+        raise EdoValueError(f"{owner}: per_sample_weights weight a sum; mode is {mode!r} (use mode 'sum')")
+    if offsets is None:
+        if len(ids.shape) < 2:
+            raise EdoValueError(f"{owner}: ids of shape {list(ids.shape)} need offsets, or a padded shape [..., L]")
+        if per_sample_weights is not None and list(per_sample_weights.shape) != list(ids.shape):
+            raise EdoValueError(f"{owner}: per_sample_weights of shape {list(per_sample_weights.shape)}, expected the "
+                                f"ids' {list(ids.shape)}")
+    else:
+        _check_offsets(ids, offsets, per_sample_weights, owner)
+    if paddle.in_dynamic_mode() and 0 in ids.shape:
+        bags = list(ids.shape[:-1]) if offsets is None else [offsets.shape[0]]
+        return paddle.zeros([*bags, table.embedding_dim], dtype="float32")
+    if _fusable(table, ids, per_sample_weights):
+        return _fused(table, ids, offsets, per_sample_weights, mode, padding_idx)
+    if offsets is None:
+        return _padded(table, ids, per_sample_weights, mode, padding_idx)
+    return _segments(table, ids, offsets, per_sample_weights, mode, padding_idx)
+
+
+def _check_offsets(ids: paddle.Tensor, offsets: paddle.Tensor, weights: paddle.Tensor | None, owner: str) -> None:
+    if len(ids.shape) != 1 or len(offsets.shape) != 1:
+        raise EdoValueError(f"{owner}: with offsets, ids and offsets must be 1-D; got ids {list(ids.shape)}, "
+                            f"offsets {list(offsets.shape)}")
+    if offsets.dtype not in (paddle.int32, paddle.int64):
+        raise EdoTypeError(f"{owner}: offsets must be int32 or int64, got {str(offsets.dtype).split('.')[-1]}")
+    if weights is not None and list(weights.shape) != list(ids.shape):
+        raise EdoValueError(f"{owner}: per_sample_weights of shape {list(weights.shape)}, expected the ids' "
+                            f"{list(ids.shape)}")
+    if paddle.in_dynamic_mode():
+        starts = offsets.numpy()
+        n = ids.shape[0]
+        if starts.size == 0:
+            return
+        if starts[0] != 0:
+            raise EdoValueError(f"{owner}: offsets[0] = {starts[0]}; the first bag starts at 0")
+        if (np.diff(starts) < 0).any():
+            b = int(np.flatnonzero(np.diff(starts) < 0)[0]) + 1
+            raise EdoValueError(f"{owner}: offsets[{b}] = {starts[b]} is below offsets[{b - 1}] = {starts[b - 1]}; "
+                                f"offsets must not decrease")
+        if starts[-1] > n:
+            raise EdoValueError(f"{owner}: offsets[{starts.size - 1}] = {starts[-1]} is past the end of the "
+                                f"{n} ids")
+
+
+def _fusable(table: EmbeddingBase, ids: paddle.Tensor, weights: paddle.Tensor | None) -> bool:
+    """A plain fp32 table, and per-id weights that need no gradient: the native kernel may pool."""
+    if type(table) is not DenseEmbedding or (weights is not None and not weights.stop_gradient):
+        return False
+    if not paddle.in_dynamic_mode():
+        return can_fuse(ids, table.weight)  # static programs: inside fused_static_programs only
+    return ids.place.is_cpu_place() and table.weight.place.is_cpu_place() and fused_ops() is not None
+
+
+def _bag_bounds(ids: paddle.Tensor, offsets: paddle.Tensor | None) -> tuple[paddle.Tensor, paddle.Tensor]:
+    """(flat int64 ids [N], offsets [B + 1]: bag b holds entries offsets[b] .. offsets[b + 1])."""
+    flat = ids.astype("int64").reshape([-1])
+    n = paddle.shape(flat).astype("int64")
+    if offsets is None:
+        return flat, paddle.arange(0, n[0] + 1, ids.shape[-1], dtype="int64")
+    return flat, paddle.concat([offsets.astype("int64"), n])
+
+
+def _fused(table: DenseEmbedding, ids: paddle.Tensor, offsets: paddle.Tensor | None,
+           weights: paddle.Tensor | None, mode: str, padding_idx: int | None) -> paddle.Tensor:
+    if paddle.in_dynamic_mode():
+        table.check_ids(ids)
+    flat, bounds = _bag_bounds(ids, offsets)
+    empty = paddle.zeros([0], dtype="float32")
+    entry_weights = empty if weights is None else weights.astype("float32").reshape([-1])
+    weight = table.weight
+    if paddle.in_dynamic_mode() and paddle.is_grad_enabled() and not weight.stop_gradient and table.sparse:
+        unique, inverse = unique_ids(flat)  # the table's gradient: one sparse row per distinct id
+        rows, index = distinct_rows(unique, weight, None), inverse.reshape([-1])
+    else:
+        rows, index = weight, flat
+    out, _ = fused_ops().edo_bag_pool(rows, index, flat, bounds, entry_weights, MODES.index(mode),
+                                      padding_idx is not None, padding_idx if padding_idx is not None else 0)
+    return out if offsets is not None else out.reshape([*ids.shape[:-1], table.embedding_dim])
+
+
+def _padded(table: EmbeddingBase, ids: paddle.Tensor, weights: paddle.Tensor | None, mode: str,
+            padding_idx: int | None) -> paddle.Tensor:
+    """Bags as the last axis of ids, pooled with Paddle's ops over the table's own lookup (batched
+    matmuls for sum and mean: Paddle's CPU sum over a middle axis is slow)."""
+    vectors = table(ids)                                                  # [..., L, D]
+    keep = paddle.ones(ids.shape, dtype=vectors.dtype) if padding_idx is None \
+        else (ids != padding_idx).astype(vectors.dtype)
+    if mode == "max":
+        # a repeated id enters once (Paddle's max sends the gradient to every tied entry)
+        repeated = paddle.tril(paddle.cast(ids.unsqueeze(-1) == ids.unsqueeze(-2), "int32"), -1).sum(axis=-1) > 0
+        candidates = keep * (~repeated).astype(keep.dtype)
+        lowest = paddle.full_like(vectors, float("-inf"))
+        best = paddle.where(candidates.unsqueeze(-1) > 0, vectors, lowest).max(axis=-2)
+        return paddle.where(keep.sum(axis=-1, keepdim=True) > 0, best, paddle.zeros_like(best))
+    factor = keep if weights is None else keep * weights.astype(vectors.dtype)
+    if mode == "mean":
+        factor = factor / paddle.clip(keep.sum(axis=-1, keepdim=True), min=1.0)
+    return paddle.matmul(factor.unsqueeze(-2), vectors).squeeze(-2)
+
+
+def _segments(table: EmbeddingBase, ids: paddle.Tensor, offsets: paddle.Tensor, weights: paddle.Tensor | None,
+              mode: str, padding_idx: int | None) -> paddle.Tensor:
+    """Bags as spans of flat ids, pooled with Paddle's segment ops over the table's own lookup (an extra
+    empty entry in a segment past the last bag makes every bag's segment exist; it is dropped)."""
+    flat = ids.astype("int64")
+    vectors = table(flat)                                                 # [N, D]
+    keep = paddle.ones(flat.shape, dtype=vectors.dtype) if padding_idx is None \
+        else (flat != padding_idx).astype(vectors.dtype)
+    positions = paddle.arange(paddle.shape(flat)[0], dtype="int64")
+    segment = paddle.searchsorted(offsets.astype("int64"), positions, right=True) - 1
+    segment = paddle.concat([segment, paddle.shape(offsets).astype("int64")]).astype("int32")
+    vectors = paddle.concat([vectors, paddle.zeros([1, table.embedding_dim], dtype=vectors.dtype)])
+    keep = paddle.concat([keep, paddle.zeros([1], dtype=keep.dtype)]).unsqueeze(-1)
+    count = paddle.geometric.segment_sum(keep, segment)[:-1]
+    if mode == "max":  # a repeated id enters once (see _padded): each (bag, id) at its first entry
+        pairs = paddle.stack([segment[:-1].astype("int64"), flat], axis=1)
+        _, first = paddle.unique(pairs, return_index=True, axis=0)
+        candidates = paddle.zeros_like(keep).scatter(first, paddle.ones([paddle.shape(first)[0], 1], keep.dtype))
+        lowest = paddle.full_like(vectors, float("-inf"))
+        best = paddle.geometric.segment_max(paddle.where(keep * candidates > 0, vectors, lowest), segment)[:-1]
+        return paddle.where(count > 0, best, paddle.zeros_like(best))
+    factor = keep
+    if weights is not None:
+        factor = factor * paddle.concat([weights.astype(vectors.dtype), paddle.zeros([1], dtype=vectors.dtype)]
+                                        ).unsqueeze(-1)
+    summed = paddle.geometric.segment_sum(vectors * factor, segment)[:-1]
+    return summed if mode == "sum" else summed / paddle.clip(count, min=1.0)
+
+
+class EmbeddingBag(CompositeEmbedding):
+    """Pooled lookups over a table, like ``paddle.nn.Embedding`` followed by a sum, mean or max per bag.
+
+    ``EmbeddingBag(num_embeddings, embedding_dim, mode)`` pools a ``DenseEmbedding`` of its own;
+    ``table=`` pools any paddle_edo table of that many ids and that width instead (packed, hash, QR,
+    mixed-dim, cached). ``forward(ids)`` takes padded bags ``[..., L]`` -> ``[..., embedding_dim]`` (ids
+    equal to ``padding_idx`` are skipped); ``forward(ids, offsets)`` takes flat ids ``[N]`` and the start
+    of each bag ``[B]`` -> ``[B, embedding_dim]``; ``per_sample_weights`` (shaped like ids) weight a sum.
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, mode: str = "mean", *,
+                 padding_idx: int | None = None, sparse: bool = True, weight_attr: paddle.ParamAttr | None = None,
+                 name: str | None = None, table: EmbeddingBase | None = None, init_std: float = 0.01) -> None:
+        super().__init__(num_embeddings, embedding_dim, padding_idx, sparse)
+        label = type(self).__name__
+        if mode not in MODES:
+            raise EdoValueError(f"{label}: mode = {mode!r}; expected one of {', '.join(map(repr, MODES))}")
+        if table is None:
+            table = DenseEmbedding(num_embeddings, embedding_dim, padding_idx=padding_idx, sparse=sparse,
+                                   init_std=init_std, weight_attr=weight_attr)
+        elif not isinstance(table, EmbeddingBase):
+            raise EdoTypeError(f"{label}: table must be a paddle_edo table, got {type(table).__name__}")
+        elif (table.num_embeddings, table.embedding_dim) != (num_embeddings, embedding_dim):
+            raise EdoValueError(f"{label}: the table takes {table.num_embeddings} ids of width "
+                                f"{table.embedding_dim}, not {num_embeddings} x {embedding_dim}")
+        self.mode = mode
+        self.table = table
+        self._name = name  # as paddle.nn.Embedding keeps it
+
+    def check_ids(self, ids: paddle.Tensor) -> None:
+        """The table checks its own ids."""
+
+    @dynamic_graph_under_sot
+    def forward(self, ids: paddle.Tensor, offsets: paddle.Tensor | None = None,
+                per_sample_weights: paddle.Tensor | None = None) -> paddle.Tensor:
+        self.table.check_id_dtype(ids)
+        return pooled_lookup(self.table, ids, offsets, per_sample_weights, self.mode, self.padding_idx,
+                             owner=self.full_name())
+
+    def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
+        """Padded bags [..., L] -> [..., embedding_dim]."""
+        return pooled_lookup(self.table, ids, mode=self.mode, padding_idx=self.padding_idx, owner=self.full_name())
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, mode={self.mode}"
+
