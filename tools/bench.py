@@ -482,6 +482,11 @@ def main(argv: list[str] | None = None) -> int:
     text.add_argument("--epochs", type=int, default=None, help="default: the config's")
     text.add_argument("--threads", type=int, default=2)
     text.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
+    lookups = sub.add_parser("lookups", help="per-id and pooled lookups of every format, bags and their training step")
+    lookups.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 4_000_000])
+    lookups.add_argument("--repeats", type=int, default=11)
+    lookups.add_argument("--threads", type=int, default=2)
+    lookups.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     to_static = sub.add_parser("to_static", help="training examples/s with train.to_static beside dynamic graph")
     to_static.add_argument("--repeats", type=int, default=3)
     to_static.add_argument("--threads", type=int, default=2)
@@ -515,6 +520,17 @@ def main(argv: list[str] | None = None) -> int:
         for r in results:
             print(f"| {r['name']} | {r['test_auc']:.4f} | {r['auc_delta']:+.4f} | {r['held_bytes']:,} | "
                   f"{r['bytes_ratio']:.1f}x |")
+        return 0
+    if args.what == "lookups":
+        from tools import bench_lookups
+
+        results, bandwidth = bench_lookups.main_lookups(args.rows, args.repeats)
+        for result in results:
+            result["settings"].update(threads=args.threads, malloc=MALLOC)
+        (out / "lookups.json").write_text(json.dumps({"copy_gb_per_s": bandwidth, "results": results}, indent=2))
+        table = bench_lookups.markdown(results, bandwidth)
+        (out / "lookups.md").write_text(table + "\n")
+        print(table)
         return 0
     if args.what == "to_static":
         result = to_static_benchmark(args.repeats)

@@ -1,0 +1,147 @@
+"""Lookup and pooled-lookup speed, side by side in one process (tools/bench.py lookups).
+
+Every candidate reads the same ids from tables holding the same values; times are medians of rounds run
+round-robin. GB/s counts the table bytes a lookup reads and the fp32 bytes it writes.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import paddle
+
+from paddle_edo.benchmark import side_by_side
+from paddle_edo.data import zipf_ids
+from paddle_edo.nn import DenseEmbedding, EmbeddingBag, QuantizedEmbedding
+from paddle_edo.quant import FORMATS
+
+BAG_LENGTHS = (1, 5, 20)
+
+
+def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
+    """GB/s of a large numpy copy (read + write), this machine's memory bandwidth as a yardstick."""
+    source = np.ones(megabytes * (1 << 20) // 4, dtype=np.float32)
+    target = np.empty_like(source)
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.copyto(target, source)
+        seconds.append(time.perf_counter() - start)
+    return 2 * source.nbytes / float(np.median(seconds)) / 1e9
+
+
+def ids_for(rows: int, shape: tuple[int, ...], distribution: str, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if distribution == "zipf":
+        return zipf_ids(rows, shape, 1.05, rng)
+    return rng.integers(0, rows, shape).astype(np.int64)
+
+
+def lookups_benchmark(rows: int, dim: int, batch: int, fields: int, distribution: str, repeats: int) -> dict:
+    """One table size and id distribution: per-id lookups of every format, bags of L ids (sum and mean)
+    against a lookup then a sum, and a training step with bags against a lookup-then-sum step."""
+    paddle.seed(0)
+    baseline = paddle.nn.Embedding(rows, dim, sparse=True)
+    dense = DenseEmbedding(rows, dim, init_std=0.0)
+    dense.weight = baseline.weight  # one fp32 table for both
+    weight = baseline.weight.numpy()
+    ids_np = ids_for(rows, (batch, fields), distribution)
+    ids = paddle.to_tensor(ids_np)
+    tables = {"fp32": dense, **{name: QuantizedEmbedding.from_embedding(baseline, name) for name in FORMATS}}
+    for table in tables.values():
+        table.eval()
+    candidates = {"paddle.nn.Embedding fp32": lambda: baseline(ids),
+                  "numpy take fp32": lambda: np.take(weight, ids_np, 0)}
+    candidates.update({f"paddle_edo {name}": (lambda t=table: t(ids)) for name, table in tables.items()})
+    read = {"paddle.nn.Embedding fp32": 4 * dim, "numpy take fp32": 4 * dim,
+            **{f"paddle_edo {n}": (4 * dim if n == "fp32" else t.format.row_bytes(dim)) for n, t in tables.items()}}
+    bag_batch = batch * fields // max(BAG_LENGTHS)  # about as many ids as a per-id batch
+    for length in BAG_LENGTHS:
+        bag_ids = paddle.to_tensor(ids_for(rows, (bag_batch, length), distribution, seed=length))
+        candidates[f"lookup then sum, L={length}"] = lambda b=bag_ids: baseline(b).sum(axis=1)
+        read[f"lookup then sum, L={length}"] = 4 * dim
+        for mode in ("sum", "mean"):
+            for name in ("fp32", "int8"):
+                bag = EmbeddingBag(rows, dim, mode, table=tables[name])
+                candidates[f"bag {name} {mode}, L={length}"] = lambda b=bag, i=bag_ids: b(i)
+                read[f"bag {name} {mode}, L={length}"] = read[f"paddle_edo {name}"]
+    with paddle.no_grad():
+        ms = side_by_side(candidates, repeats=repeats)
+    gb_per_s = {}
+    for name, value in ms.items():
+        lookups = batch * fields if not name.startswith(("bag", "lookup then")) else bag_batch * int(name.split("L=")[1])
+        outputs = lookups if not name.startswith("bag") else bag_batch
+        gb_per_s[name] = (lookups * read[name] + outputs * 4 * dim) / (value / 1e3) / 1e9
+    steps = training_steps(rows, dim, bag_batch, distribution, repeats)
+    return {"settings": {"rows": rows, "dim": dim, "ids": [batch, fields], "bags": [bag_batch, list(BAG_LENGTHS)],
+                         "distribution": distribution if distribution == "uniform" else "zipf(1.05)",
+                         "repeats": repeats},
+            "ms": ms, "gb_per_s": gb_per_s,
+            "speed_vs_fp32": {n: ms["paddle.nn.Embedding fp32"] / v for n, v in ms.items() if "L=" not in n},
+            "bag_speed_vs_lookup_then_sum": {n: ms[f"lookup then sum, L={n.split('L=')[1]}"] / v
+                                             for n, v in ms.items() if n.startswith("bag")},
+            "training_step_ms": steps}
+
+
+def training_steps(rows: int, dim: int, bags: int, distribution: str, repeats: int, length: int = 20) -> dict:
+    """Forward + backward + lazy Adam with bags of ``length`` ids summed: EmbeddingBag against
+    paddle.nn.Embedding then a sum; and the bag's forward pass alone."""
+    paddle.seed(0)
+    plain = paddle.nn.Embedding(rows, dim, sparse=True)
+    bag = EmbeddingBag(rows, dim, "sum", init_std=0.0)
+    bag.table.weight.set_value(plain.weight)
+    batches = [paddle.to_tensor(ids_for(rows, (bags, length), distribution, seed=100 + i)) for i in range(4)]
+    upstream = paddle.to_tensor(np.random.default_rng(0).normal(size=(bags, dim)).astype(np.float32))
+
+    def stepper(layer, pool):
+        optimizer = paddle.optimizer.Adam(1e-3, parameters=layer.parameters(), lazy_mode=True)
+        position = [0]
+
+        def step():
+            ids = batches[position[0] % len(batches)]
+            position[0] += 1
+            (pool(layer, ids) * upstream).sum().backward()
+            optimizer.step()
+            optimizer.clear_grad()
+        return step
+    def forward():
+        return bag(batches[0])
+    ms = side_by_side({"EmbeddingBag step": stepper(bag, lambda layer, ids: layer(ids)),
+                       "lookup then sum step": stepper(plain, lambda layer, ids: layer(ids).sum(axis=1)),
+                       "EmbeddingBag forward": forward}, repeats=repeats)
+    ms["speed_vs_lookup_then_sum"] = ms["lookup then sum step"] / ms["EmbeddingBag step"]
+    ms["backward_and_update_vs_forward"] = (ms["EmbeddingBag step"] - ms["EmbeddingBag forward"]) / ms[
+        "EmbeddingBag forward"]
+    return ms
+
+
+def markdown(results: list[dict], bandwidth: float) -> str:
+    lines = [f"Copy bandwidth of this machine (numpy, 256 MiB, read + write): {bandwidth:.1f} GB/s", ""]
+    for result in results:
+        s = result["settings"]
+        lines += [f"### {s['rows']:,} x {s['dim']}, {s['distribution']} ids", "",
+                  "| lookup | ms | vs nn.Embedding | GB/s |", "|---|---|---|---|"]
+        for name, value in result["ms"].items():
+            if "L=" in name:
+                continue
+            lines.append(f"| {name} | {value:.2f} | {result['speed_vs_fp32'][name]:.2f}x | "
+                         f"{result['gb_per_s'][name]:.1f} |")
+        lines += ["", "| bags | ms | vs lookup then sum | GB/s |", "|---|---|---|---|"]
+        for name, value in result["ms"].items():
+            if "L=" in name:
+                ratio = result["bag_speed_vs_lookup_then_sum"].get(name)
+                lines.append(f"| {name} | {value:.2f} | {'' if ratio is None else f'{ratio:.2f}x'} | "
+                             f"{result['gb_per_s'][name]:.1f} |")
+        t = result["training_step_ms"]
+        lines += ["", f"Training step, bags of 20 summed (forward + backward + lazy Adam): EmbeddingBag "
+                      f"{t['EmbeddingBag step']:.2f} ms, lookup then sum {t['lookup then sum step']:.2f} ms "
+                      f"({t['speed_vs_lookup_then_sum']:.2f}x); backward and update "
+                      f"{t['backward_and_update_vs_forward']:.2f}x the forward pass", ""]
+    return "\n".join(lines)
+
+
+def main_lookups(rows_list: list[int], repeats: int) -> tuple[list[dict], float]:
+    results = [lookups_benchmark(rows, 64, 4096, 26, distribution, repeats)
+               for rows in rows_list for distribution in ("zipf", "uniform")]
+    return results, copy_bandwidth()
+
