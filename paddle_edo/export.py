@@ -7,12 +7,12 @@ from typing import Sequence
 import numpy as np
 import paddle
 
-from .errors import EdoFileNotFoundError, EdoRuntimeError, EdoValueError
 from .data.ctr import FieldSpec
+from .errors import EdoFileNotFoundError, EdoRuntimeError, EdoValueError
 from .kernels import fused_ops, fused_static_programs
 
 FUSED_OPS = ("edo_hash_lookup", "edo_qr_lookup", "edo_mixed_dim_lookup", "edo_quantized_lookup",
-             "edo_bag_pool")  # the custom operators of kernels/lookups.cc
+             "edo_bag_pool", "edo_packed_bag_pool")  # the custom operators of kernels/lookups.cc
 
 
 def input_specs(fields: Sequence[FieldSpec]) -> list[paddle.static.InputSpec]:

@@ -28,15 +28,15 @@ import paddle.nn.functional as F
 from ..checkpoint import CheckpointError, check_finite, save_checkpoint
 from ..config import checkpoint_difference, checkpoint_sections
 from ..data import CTRBatches, load_dataset
+from ..errors import EdoRuntimeError
 from ..metrics import accuracy, auc, logloss
 from ..models import build_model
 from ..monitor import SparseGradMonitor, monitors_from_config
 from ..monitor.row_gradients import RowGradients
+from ..nn.ps_table import PSEmbedding
+from ..schema import ConfigError
 from .admission import RULES as ADMISSION_RULES
 from .admission import FeatureAdmission, joined
-from ..nn.ps_table import PSEmbedding
-from ..errors import EdoRuntimeError
-from ..schema import ConfigError
 
 logger = logging.getLogger("paddle_edo")
 

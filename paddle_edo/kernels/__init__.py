@@ -33,6 +33,7 @@ logger = logging.getLogger("paddle_edo")
 
 SOURCES = [Path(__file__).with_name(name)
            for name in ("lookups.cc", "quantized.cc", "bags.cc", "unique_ids.cc", "row_norms.cc")]
+HEADERS = [Path(__file__).with_name("packed_rows.h")]  # included by the sources: part of a build's key
 NAME = "paddle_edo_lookups"
 FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]  # no fused multiply-adds: the composite ops' exact roundings
 _loaded: dict[str, tuple[ModuleType, Path] | None] = {}
@@ -89,7 +90,7 @@ def _build() -> tuple[ModuleType, Path] | None:
     from paddle.utils.cpp_extension import load
     from paddle.utils.cpp_extension.extension_utils import _import_module_from_library, get_build_directory
 
-    sources = b"".join(source.read_bytes() for source in SOURCES)
+    sources = b"".join(source.read_bytes() for source in [*SOURCES, *HEADERS])
     key = hashlib.sha256(sources + repr((FLAGS, paddle.__version__, sys.version)).encode()).hexdigest()
     name = f"{NAME}_{key[:12]}"
     quiet = logging.getLogger("utils.cpp_extension")  # Paddle logs each load at INFO

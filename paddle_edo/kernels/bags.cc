@@ -1,12 +1,14 @@
 // Pooled lookups (embedding bags) on the CPU: each bag's rows summed, averaged or maxed into one output
 // row in one pass, where a lookup followed by a reduction writes and reads every looked-up row once more.
-// ``rows`` is the table itself (lookups without gradient) or the batch's distinct rows (training: the
-// gradient then reaches the table as one sparse row per distinct id, see nn/bag.py).
+// fp32 ``rows`` are the table itself (lookups without gradient) or the batch's distinct rows (training:
+// the gradient then reaches the table as one sparse row per distinct id, see nn/bag.py); packed tables
+// are decoded row by row as they are pooled (no gradient: they serve).
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <vector>
 
+#include "packed_rows.h"
 #include "paddle/extension.h"
 
 namespace {
@@ -17,7 +19,6 @@ constexpr int64_t kPrefetchDistance = 8;
 constexpr int64_t kParallelBags = 256;
 
 struct Bags {
-  const float* rows;
   int64_t num_rows, dim;
   const int64_t* index;    // row of each entry
   const int64_t* ids;      // id of each entry (the padding id's entries are skipped)
@@ -30,16 +31,38 @@ struct Bags {
   bool Skipped(int64_t j) const { return has_padding && ids[j] == padding_idx; }
 };
 
-Bags Check(const paddle::Tensor& rows, const paddle::Tensor& index, const paddle::Tensor& ids,
-           const paddle::Tensor& offsets, const paddle::Tensor& weights, bool has_padding, int64_t padding_idx) {
+// Rows of an fp32 tensor, read in place.
+struct Fp32Rows {
+  const float* rows;
+  int64_t dim;
+  const float* Row(int64_t r, float*) const { return rows + r * dim; }
+  void PrefetchRow(int64_t r) const { __builtin_prefetch(rows + r * dim); }
+};
+
+// Rows of a packed table, decoded into the caller's scratch row.
+struct PackedRows {
+  const PackedTable& table;
+  const float* Row(int64_t r, float* scratch) const {
+    table.DecodeRow(r, scratch);
+    return scratch;
+  }
+  void PrefetchRow(int64_t r) const { table.PrefetchRow(r); }
+};
+
+const float* CheckedFp32Rows(const paddle::Tensor& rows) {
   PD_CHECK(rows.is_cpu() && rows.dtype() == paddle::DataType::FLOAT32 && rows.shape().size() == 2,
            "rows must be float32 [rows, dim] on the CPU");
+  return rows.data<float>();
+}
+
+Bags Check(int64_t num_rows, int64_t dim, const paddle::Tensor& index, const paddle::Tensor& ids,
+           const paddle::Tensor& offsets, const paddle::Tensor& weights, bool has_padding, int64_t padding_idx) {
   for (const paddle::Tensor* t : {&index, &ids, &offsets}) {
     PD_CHECK(t->is_cpu() && t->dtype() == paddle::DataType::INT64 && t->shape().size() == 1,
              "index, ids and offsets must be 1-D int64 on the CPU");
   }
-  Bags bags{rows.data<float>(), rows.shape()[0], rows.shape()[1], index.data<int64_t>(), ids.data<int64_t>(),
-            offsets.data<int64_t>(), offsets.numel() - 1, index.numel(), nullptr, has_padding, padding_idx};
+  Bags bags{num_rows, dim, index.data<int64_t>(), ids.data<int64_t>(), offsets.data<int64_t>(),
+            offsets.numel() - 1, index.numel(), nullptr, has_padding, padding_idx};
   PD_CHECK(ids.numel() == bags.num_entries, "ids and index must have one entry each");
   PD_CHECK(bags.num_bags >= 0 && bags.offsets[0] == 0 && bags.offsets[bags.num_bags] == bags.num_entries,
            "offsets must start at 0 and end at the number of ids");
@@ -58,7 +81,8 @@ Bags Check(const paddle::Tensor& rows, const paddle::Tensor& index, const paddle
   return bags;
 }
 
-void PoolBag(const Bags& bags, int mode, int64_t b, float* out, int64_t* argmax) {
+template <typename Rows>
+void PoolBag(const Bags& bags, const Rows& source, int mode, int64_t b, float* scratch, float* out, int64_t* argmax) {
   const int64_t dim = bags.dim;
   float* acc = out + b * dim;
   int64_t* arg = mode == kMax ? argmax + b * dim : nullptr;
@@ -68,11 +92,11 @@ void PoolBag(const Bags& bags, int mode, int64_t b, float* out, int64_t* argmax)
   const int64_t end = bags.offsets[b + 1];
   for (int64_t j = bags.offsets[b]; j < end; ++j) {
     if (j + kPrefetchDistance < end && !bags.Skipped(j + kPrefetchDistance)) {
-      __builtin_prefetch(bags.rows + bags.index[j + kPrefetchDistance] * dim);
+      source.PrefetchRow(bags.index[j + kPrefetchDistance]);
     }
     if (bags.Skipped(j)) continue;
     ++count;
-    const float* row = bags.rows + bags.index[j] * dim;
+    const float* row = source.Row(bags.index[j], scratch);
     if (mode == kMax) {
       for (int64_t d = 0; d < dim; ++d) {
         if (row[d] > acc[d]) {
@@ -104,7 +128,8 @@ std::vector<paddle::Tensor> BagPool(const paddle::Tensor& rows, const paddle::Te
                                     const paddle::Tensor& offsets, const paddle::Tensor& weights, int mode,
                                     bool has_padding, int64_t padding_idx) {
   PD_CHECK(mode >= kSum && mode <= kMax, "unknown pooling mode ", mode);
-  const Bags bags = Check(rows, index, ids, offsets, weights, has_padding, padding_idx);
+  const Fp32Rows source{CheckedFp32Rows(rows), rows.shape()[1]};
+  const Bags bags = Check(rows.shape()[0], rows.shape()[1], index, ids, offsets, weights, has_padding, padding_idx);
   paddle::Tensor out = paddle::empty({bags.num_bags, bags.dim}, paddle::DataType::FLOAT32, paddle::CPUPlace());
   const bool max = mode == kMax;
   paddle::Tensor argmax = paddle::empty({max ? bags.num_bags : 1, max ? bags.dim : 1}, paddle::DataType::INT64,
@@ -113,8 +138,30 @@ std::vector<paddle::Tensor> BagPool(const paddle::Tensor& rows, const paddle::Te
   int64_t* a = argmax.data<int64_t>();
   if (!max) a[0] = -1;
 #pragma omp parallel for if (bags.num_bags > kParallelBags)
-  for (int64_t b = 0; b < bags.num_bags; ++b) PoolBag(bags, mode, b, o, a);
+  for (int64_t b = 0; b < bags.num_bags; ++b) PoolBag(bags, source, mode, b, nullptr, o, a);
   return {out, argmax};
+}
+
+// Bags of a packed table's rows (see PackedTable), without gradient: ids [N], offsets [B + 1], weights
+// [N] or [0] -> [B, dim].
+std::vector<paddle::Tensor> PackedBagPool(const paddle::Tensor& ids, const paddle::Tensor& codes,
+                                          const paddle::Tensor& params, const paddle::Tensor& offsets,
+                                          const paddle::Tensor& weights, int format, int64_t dim, int mode,
+                                          bool has_padding, int64_t padding_idx) {
+  PD_CHECK(mode >= kSum && mode <= kMax, "unknown pooling mode ", mode);
+  const PackedTable table(codes, params, format, dim);
+  const PackedRows source{table};
+  const Bags bags = Check(table.rows(), dim, ids, ids, offsets, weights, has_padding, padding_idx);
+  paddle::Tensor out = paddle::empty({bags.num_bags, dim}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  std::vector<int64_t> argmax(mode == kMax ? bags.num_bags * dim : 0);
+  float* o = out.data<float>();
+#pragma omp parallel if (bags.num_bags > kParallelBags)
+  {
+    std::vector<float> scratch(dim);
+#pragma omp for
+    for (int64_t b = 0; b < bags.num_bags; ++b) PoolBag(bags, source, mode, b, scratch.data(), o, argmax.data());
+  }
+  return {out};
 }
 
 // The gradient of the rows: each entry's row gets its bag's output gradient (times its weight, divided by
@@ -125,7 +172,8 @@ std::vector<paddle::Tensor> BagPoolGrad(const paddle::Tensor& rows, const paddle
                                         const paddle::Tensor& weights, const paddle::Tensor& argmax,
                                         const paddle::Tensor& grad_out, int mode, bool has_padding,
                                         int64_t padding_idx) {
-  const Bags bags = Check(rows, index, ids, offsets, weights, has_padding, padding_idx);
+  CheckedFp32Rows(rows);
+  const Bags bags = Check(rows.shape()[0], rows.shape()[1], index, ids, offsets, weights, has_padding, padding_idx);
   const int64_t dim = bags.dim;
   paddle::Tensor grad_rows = paddle::empty({bags.num_rows, dim}, paddle::DataType::FLOAT32, paddle::CPUPlace());
   float* g = grad_rows.data<float>();
@@ -173,6 +221,21 @@ std::vector<std::vector<int64_t>> BagPoolShape(const std::vector<int64_t>& rows,
   return {{bags, rows[1]}, {mode == kMax ? bags : 1, mode == kMax ? rows[1] : 1}};
 }
 
+std::vector<std::vector<int64_t>> PackedBagPoolShape(const std::vector<int64_t>& ids,
+                                                     const std::vector<int64_t>& codes,
+                                                     const std::vector<int64_t>& params,
+                                                     const std::vector<int64_t>& offsets,
+                                                     const std::vector<int64_t>& weights, int format, int64_t dim,
+                                                     int mode, bool has_padding, int64_t padding_idx) {
+  return {{offsets[0] < 0 ? -1 : offsets[0] - 1, dim}};
+}
+
+std::vector<paddle::DataType> PackedBagPoolDtype(const paddle::DataType&, const paddle::DataType&,
+                                                 const paddle::DataType&, const paddle::DataType&,
+                                                 const paddle::DataType&) {
+  return {paddle::DataType::FLOAT32};
+}
+
 std::vector<paddle::DataType> BagPoolDtype(const paddle::DataType&, const paddle::DataType&, const paddle::DataType&,
                                            const paddle::DataType&, const paddle::DataType&) {
   return {paddle::DataType::FLOAT32, paddle::DataType::INT64};
@@ -191,3 +254,11 @@ PD_BUILD_GRAD_OP(edo_bag_pool)
     .Outputs({paddle::Grad("Rows")})
     .Attrs({"mode: int", "has_padding: bool", "padding_idx: int64_t"})
     .SetKernelFn(PD_KERNEL(BagPoolGrad));
+
+PD_BUILD_OP(edo_packed_bag_pool)
+    .Inputs({"Ids", "Codes", "Params", "Offsets", "Weights"})
+    .Outputs({"Out"})
+    .Attrs({"format: int", "dim: int64_t", "mode: int", "has_padding: bool", "padding_idx: int64_t"})
+    .SetKernelFn(PD_KERNEL(PackedBagPool))
+    .SetInferShapeFn(PD_INFER_SHAPE(PackedBagPoolShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(PackedBagPoolDtype));

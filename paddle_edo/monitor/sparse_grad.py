@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import paddle
 
-from ..errors import EdoValueError
 from ..callbacks import Callback
+from ..errors import EdoValueError
 from ..kernels import address, c_function
 from ..memory import embedding_layers
 from ..nn.base import EmbeddingBase, table_settings

@@ -17,10 +17,11 @@ import paddle
 
 from ..compat import dynamic_graph_under_sot
 from ..errors import EdoTypeError, EdoValueError
-from ..kernels import can_fuse, fused_ops
+from ..kernels import can_fuse, can_fuse_decode, fused_ops
 from .base import CompositeEmbedding, EmbeddingBase
 from .dedup import distinct_rows, unique_ids
 from .dense import DenseEmbedding
+from .quantized import FORMAT_NUMBERS, QuantizedEmbedding
 
 MODES = ("sum", "mean", "max")
 
@@ -48,6 +49,8 @@ def pooled_lookup(table: EmbeddingBase, ids: paddle.Tensor, offsets: paddle.Tens
         return paddle.zeros([*bags, table.embedding_dim], dtype="float32")
     if _fusable(table, ids, per_sample_weights):
         return _fused(table, ids, offsets, per_sample_weights, mode, padding_idx)
+    if _packed_fusable(table, ids, per_sample_weights):
+        return _packed(table, ids, offsets, per_sample_weights, mode, padding_idx)
     if offsets is None:
         return _padded(table, ids, per_sample_weights, mode, padding_idx)
     return _segments(table, ids, offsets, per_sample_weights, mode, padding_idx)
@@ -87,6 +90,17 @@ def _fusable(table: EmbeddingBase, ids: paddle.Tensor, weights: paddle.Tensor | 
     return ids.place.is_cpu_place() and table.weight.place.is_cpu_place() and fused_ops() is not None
 
 
+def _packed_fusable(table: EmbeddingBase, ids: paddle.Tensor, weights: paddle.Tensor | None) -> bool:
+    """A packed table serving (a low_precision one in training updates its rows: not here), and per-id
+    weights that need no gradient: the native kernel may decode and pool each row in one pass."""
+    if not isinstance(table, QuantizedEmbedding) or not table.packed or (weights is not None
+                                                                         and not weights.stop_gradient):
+        return False
+    if table.mode == "low_precision" and table.training and paddle.is_grad_enabled():
+        return False
+    return can_fuse_decode(ids, table.codes)
+
+
 def _bag_bounds(ids: paddle.Tensor, offsets: paddle.Tensor | None) -> tuple[paddle.Tensor, paddle.Tensor]:
     """(flat int64 ids [N], offsets [B + 1]: bag b holds entries offsets[b] .. offsets[b + 1])."""
     flat = ids.astype("int64").reshape([-1])
@@ -114,10 +128,31 @@ def _fused(table: DenseEmbedding, ids: paddle.Tensor, offsets: paddle.Tensor | N
     return out if offsets is not None else out.reshape([*ids.shape[:-1], table.embedding_dim])
 
 
+def _packed(table: QuantizedEmbedding, ids: paddle.Tensor, offsets: paddle.Tensor | None,
+            weights: paddle.Tensor | None, mode: str, padding_idx: int | None) -> paddle.Tensor:
+    if paddle.in_dynamic_mode():
+        table.check_ids(ids)
+    flat, bounds = _bag_bounds(ids, offsets)
+    entry_weights = paddle.zeros([0], dtype="float32") if weights is None else weights.astype("float32").reshape([-1])
+    params = table.codes if table.row_params is None else table.row_params  # float formats: unused
+    out = fused_ops().edo_packed_bag_pool(flat, table.codes, params, bounds, entry_weights,
+                                          FORMAT_NUMBERS[table.format.name], table.embedding_dim, MODES.index(mode),
+                                          padding_idx is not None, padding_idx if padding_idx is not None else 0)
+    return out if offsets is not None else out.reshape([*ids.shape[:-1], table.embedding_dim])
+
+
+@paddle.jit.not_to_static  # to_static would turn the shape into a tensor, and the test into a cond op
+def _known_length(ids: paddle.Tensor) -> int:
+    """The bag length L, or -1 in a static program traced without it."""
+    return ids.shape[-1]
+
+
 def _padded(table: EmbeddingBase, ids: paddle.Tensor, weights: paddle.Tensor | None, mode: str,
             padding_idx: int | None) -> paddle.Tensor:
-    """Bags as the last axis of ids, pooled with Paddle's ops over the table's own lookup (batched
-    matmuls for sum and mean: Paddle's CPU sum over a middle axis is slow)."""
+    """Bags as the last axis of ids, pooled with Paddle's ops over the table's own lookup. Sums add the
+    bag's rows one after another (add_n over the L axis), as the kernels do: the same bits on both paths
+    (Paddle's CPU sum over a middle axis is also slow); a static program whose L is unknown sums over
+    the axis."""
     vectors = table(ids)                                                  # [..., L, D]
     keep = paddle.ones(ids.shape, dtype=vectors.dtype) if padding_idx is None \
         else (ids != padding_idx).astype(vectors.dtype)
@@ -129,9 +164,14 @@ def _padded(table: EmbeddingBase, ids: paddle.Tensor, weights: paddle.Tensor | N
         best = paddle.where(candidates.unsqueeze(-1) > 0, vectors, lowest).max(axis=-2)
         return paddle.where(keep.sum(axis=-1, keepdim=True) > 0, best, paddle.zeros_like(best))
     factor = keep if weights is None else keep * weights.astype(vectors.dtype)
-    if mode == "mean":
-        factor = factor / paddle.clip(keep.sum(axis=-1, keepdim=True), min=1.0)
-    return paddle.matmul(factor.unsqueeze(-2), vectors).squeeze(-2)
+    weighted = vectors * factor.unsqueeze(-1)
+    if _known_length(ids) > 0:
+        summed = paddle.add_n(paddle.unbind(weighted, axis=-2))
+    else:
+        summed = weighted.sum(axis=-2)
+    if mode == "sum":
+        return summed
+    return summed / paddle.clip(keep.sum(axis=-1, keepdim=True), min=1.0)
 
 
 def _segments(table: EmbeddingBase, ids: paddle.Tensor, offsets: paddle.Tensor, weights: paddle.Tensor | None,

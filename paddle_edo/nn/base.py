@@ -6,8 +6,8 @@ from typing import Any, ClassVar
 import numpy as np
 import paddle
 
-from ..errors import EdoIndexError, EdoTypeError, EdoValueError
 from ..compat import dynamic_graph_under_sot
+from ..errors import EdoIndexError, EdoTypeError, EdoValueError
 from ..schema import Option
 
 ID_DTYPES = (paddle.int32, paddle.int64)

@@ -12,11 +12,11 @@ import paddle
 import paddle.nn.functional as F
 from paddle.base.layer_helper import LayerHelper
 
-from ..errors import EdoRuntimeError, EdoTypeError, EdoValueError
 from ..cache import CacheStatistics, HostStore, Prefetcher, SlotMap
 from ..cache.host import HOST_KINDS
 from ..cache.policies import POLICIES
 from ..compat import dynamic_graph_under_sot
+from ..errors import EdoRuntimeError, EdoTypeError, EdoValueError
 from ..schema import ConfigError, Option
 from .base import EmbeddingBase
 from .dedup import deduplicated_lookup
@@ -206,12 +206,14 @@ class CachedEmbedding(EmbeddingBase):
                 paddle.concat([values for _, values in found]))
 
     def decode_rows(self, ids: paddle.Tensor) -> paddle.Tensor:
-        """Current values of resident rows (those of the step in progress), for monitors."""
+        """Current values of rows (a step's rows, for monitors): from the cache where resident, else the host."""
         host_ids = ids.numpy()
         slots = self.slots.slot_of[host_ids]
-        rows = self.host.read(host_ids)[:, 0]  # rows without a slot: as the host holds them
         resident = slots >= 0
-        rows[resident] = self.cache.detach().numpy()[slots[resident]]
+        rows = np.empty((len(host_ids), self.embedding_dim), dtype=np.float32)
+        rows[resident] = paddle.gather(self.cache.detach(), paddle.to_tensor(slots[resident].astype(np.int64),
+                                                                             place=self.cache.place)).numpy()
+        rows[~resident] = self.host.read(host_ids[~resident])[:, 0]  # rows without a slot: as the host holds them
         return paddle.to_tensor(rows, place=self.cache.place)
 
     @property

@@ -7,8 +7,8 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from ..errors import EdoRuntimeError, EdoValueError
 from ..compat import sparse_gradient
+from ..errors import EdoRuntimeError, EdoValueError
 from ..kernels import can_fuse_decode, fused_ops
 from ..quant import codecs
 from ..quant.formats import FORMATS, QuantFormat, get_format

@@ -214,3 +214,25 @@ def test_bad_input_is_refused_naming_the_layer_and_the_value(path):
         EmbeddingBag(N, D, table=DenseEmbedding(50, D))
     with pytest.raises(TypeError, match="ids must be int32 or int64, got float32"):
         bag(paddle.to_tensor([[1.0, 2.0]]))
+
+
+@pytest.mark.parametrize("table", ["fp32", "int4", "bf16"])
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_the_kernels_and_the_composite_ops_pool_the_same_bits(monkeypatch, table, mode):
+    # both add a bag's rows one after another and divide a mean once: bit for bit, weights too
+    paddle.seed(9)
+    dense = DenseEmbedding(N, D, init_std=0.5)
+    bag = EmbeddingBag(N, D, mode, padding_idx=0,
+                       table=dense if table == "fp32" else QuantizedEmbedding.from_embedding(dense, table))
+    ids = padded_ids(11, bags=300, length=7)
+    weights = paddle.to_tensor(np.random.default_rng(1).random(ids.shape).astype(np.float32)) if mode == "sum" else None
+    flat, starts = to_offsets(ids)
+
+    def pooled():
+        with paddle.no_grad():
+            return (bag(paddle.to_tensor(ids), per_sample_weights=weights).numpy(),
+                    bag(flat, starts, None if weights is None else weights.reshape([-1])).numpy())
+    fused = pooled()
+    monkeypatch.setitem(kernels._loaded, kernels.NAME, None)
+    for kernel, composite in zip(fused, pooled()):
+        np.testing.assert_array_equal(kernel, composite)
