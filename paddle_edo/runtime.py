@@ -1,6 +1,7 @@
 """Where and how computation runs: device chosen at run time, CPU threads, seeds, AMP availability."""
 from __future__ import annotations
 
+import ctypes
 import random
 import warnings
 
@@ -27,13 +28,19 @@ def select_device(preference: str = "auto") -> str:
 
 
 def set_num_threads(n: int) -> None:
-    """CPU math threads. ``import paddle`` pins OMP_NUM_THREADS to 1 when unset; this sets them after import.
+    """CPU math threads. ``import paddle`` pins OMP_NUM_THREADS to 1 when unset; this sets them after import,
+    for Paddle's kernels (Intel OpenMP) and for paddle_edo's native kernels (GNU OpenMP, which Paddle's
+    setting does not reach: measured, they took every core whatever train.num_threads said).
 
     On the CPU, static programs (to_static) also run their ops one after another: Paddle 2.6's
     multi-threaded executor over-subscribes a few cores, and lookups under to_static measured 3-10x
     slower with it on 2 cores.
     """
     paddle.base.core.set_num_threads(int(n))
+    try:
+        ctypes.CDLL("libgomp.so.1").omp_set_num_threads(int(n))  # the instance the kernels load, once loaded
+    except OSError:  # no GNU OpenMP here: no native kernels either
+        pass
     if paddle.get_device() == "cpu":
         paddle.set_flags({"FLAGS_new_executor_serial_run": True})
 

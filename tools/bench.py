@@ -36,6 +36,7 @@ from paddle_edo.engine import Engine  # noqa: E402
 from paddle_edo.nn import QuantizedEmbedding  # noqa: E402
 from paddle_edo.quant import FORMATS  # noqa: E402
 from paddle_edo.runtime import gpu_available, select_device, set_num_threads  # noqa: E402
+from tools.bench_lookups import inference_lookup_times  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -250,36 +251,6 @@ def shared_lookup_benchmark(rows: int, dim: int, batch: int, fields: int, alpha:
                          "training step": "sum(out x fixed upstream) backward, Adam(lazy_mode=True) step"},
             "ms": ms, "speed_vs_fp32": {mode: {k: times["fp32"] / v for k, v in times.items()}
                                         for mode, times in ms.items()}}
-
-
-def inference_lookup_times(layers: dict[str, paddle.nn.Layer], ids: np.ndarray, repeats: int, threads: int
-                           ) -> dict[str, dict[str, float]]:
-    """Milliseconds of a Paddle Inference predictor (CPU, input copied in, output copied out) over each
-    layer saved by ``export_model``: with the composite ops (the default) and with the fused kernels."""
-    from paddle_edo.export import Predictor, export_model
-
-    spec = [paddle.static.InputSpec([None, ids.shape[1]], "int64", name="ids")]
-    predictors = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for fused in (False, True):
-            for index, (name, layer) in enumerate(layers.items()):
-                layer.eval()
-                prefix = export_model(Lookups(layer), spec, f"{tmp}/{int(fused)}-{index}/model", fused_kernels=fused)
-                predictors[(fused, name)] = Predictor(prefix, device="cpu", num_threads=threads)
-    times = side_by_side({key: (lambda p=p: p.run([ids])) for key, p in predictors.items()}, repeats)
-    return {mode: {name: times[(fused, name)] for name in layers}
-            for mode, fused in (("inference, composite", False), ("inference, fused", True))}
-
-
-class Lookups(paddle.nn.Layer):
-    """A lookup layer as a model that takes one ids input (for export)."""
-
-    def __init__(self, layer: paddle.nn.Layer) -> None:
-        super().__init__()
-        self.layer = layer
-
-    def forward(self, inputs: list[paddle.Tensor]) -> paddle.Tensor:
-        return self.layer(inputs[0])
 
 
 def plot_pareto(results: list[dict], path: Path, title: str) -> None:
@@ -524,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "lookups":
         from tools import bench_lookups
 
-        results, bandwidth = bench_lookups.main_lookups(args.rows, args.repeats)
+        results, bandwidth = bench_lookups.main_lookups(args.rows, args.repeats, args.threads)
         for result in results:
             result["settings"].update(threads=args.threads, malloc=MALLOC)
         (out / "lookups.json").write_text(json.dumps({"copy_gb_per_s": bandwidth, "results": results}, indent=2))

@@ -5,6 +5,7 @@ round-robin. GB/s counts the table bytes a lookup reads and the fp32 bytes it wr
 """
 from __future__ import annotations
 
+import tempfile
 import time
 
 import numpy as np
@@ -37,9 +38,41 @@ def ids_for(rows: int, shape: tuple[int, ...], distribution: str, seed: int = 0)
     return rng.integers(0, rows, shape).astype(np.int64)
 
 
-def lookups_benchmark(rows: int, dim: int, batch: int, fields: int, distribution: str, repeats: int) -> dict:
-    """One table size and id distribution: per-id lookups of every format, bags of L ids (sum and mean)
-    against a lookup then a sum, and a training step with bags against a lookup-then-sum step."""
+def inference_lookup_times(layers: dict[str, paddle.nn.Layer], ids: np.ndarray, repeats: int, threads: int
+                           ) -> dict[str, dict[str, float]]:
+    """Milliseconds of a Paddle Inference predictor (CPU, input copied in, output copied out) over each
+    layer saved by ``export_model``: with the composite ops (the default) and with the fused kernels."""
+    from paddle_edo.export import Predictor, export_model
+
+    spec = [paddle.static.InputSpec([None, ids.shape[1]], "int64", name="ids")]
+    predictors = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for fused in (False, True):
+            for index, (name, layer) in enumerate(layers.items()):
+                layer.eval()
+                prefix = export_model(Lookups(layer), spec, f"{tmp}/{int(fused)}-{index}/model", fused_kernels=fused)
+                predictors[(fused, name)] = Predictor(prefix, device="cpu", num_threads=threads)
+    times = side_by_side({key: (lambda p=p: p.run([ids])) for key, p in predictors.items()}, repeats)
+    return {mode: {name: times[(fused, name)] for name in layers}
+            for mode, fused in (("inference, composite", False), ("inference, fused", True))}
+
+
+class Lookups(paddle.nn.Layer):
+    """A lookup layer as a model that takes one ids input (for export)."""
+
+    def __init__(self, layer: paddle.nn.Layer) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, inputs: list[paddle.Tensor]) -> paddle.Tensor:
+        return self.layer(inputs[0])
+
+
+def lookups_benchmark(rows: int, dim: int, batch: int, fields: int, distribution: str, repeats: int,
+                      inference: bool, threads: int) -> dict:
+    """One table size and id distribution: per-id lookups of every format (and, with ``inference``, in
+    Paddle Inference: composite and fused exports), bags of L ids (sum and mean) against a lookup then a
+    sum, and a training step with bags against a lookup-then-sum step."""
     paddle.seed(0)
     baseline = paddle.nn.Embedding(rows, dim, sparse=True)
     dense = DenseEmbedding(rows, dim, init_std=0.0)
@@ -69,15 +102,25 @@ def lookups_benchmark(rows: int, dim: int, batch: int, fields: int, distribution
         ms = side_by_side(candidates, repeats=repeats)
     gb_per_s = {}
     for name, value in ms.items():
-        lookups = batch * fields if not name.startswith(("bag", "lookup then")) else bag_batch * int(name.split("L=")[1])
+        if name.startswith("inference"):
+            continue
+        pooled = name.startswith(("bag", "lookup then"))
+        lookups = bag_batch * int(name.split("L=")[1]) if pooled else batch * fields
         outputs = lookups if not name.startswith("bag") else bag_batch
         gb_per_s[name] = (lookups * read[name] + outputs * 4 * dim) / (value / 1e3) / 1e9
+    if inference:
+        served = inference_lookup_times({"fp32": baseline, **{n: t for n, t in tables.items() if n != "fp32"}},
+                                        ids_np, repeats, threads)
+        for mode, times in served.items():
+            for name, value in times.items():
+                ms[f"{mode} {name}"] = value
     steps = training_steps(rows, dim, bag_batch, distribution, repeats)
     return {"settings": {"rows": rows, "dim": dim, "ids": [batch, fields], "bags": [bag_batch, list(BAG_LENGTHS)],
                          "distribution": distribution if distribution == "uniform" else "zipf(1.05)",
                          "repeats": repeats},
             "ms": ms, "gb_per_s": gb_per_s,
-            "speed_vs_fp32": {n: ms["paddle.nn.Embedding fp32"] / v for n, v in ms.items() if "L=" not in n},
+            "speed_vs_fp32": {n: (ms["inference, composite fp32"] if n.startswith("inference") else
+                                  ms["paddle.nn.Embedding fp32"]) / v for n, v in ms.items() if "L=" not in n},
             "bag_speed_vs_lookup_then_sum": {n: ms[f"lookup then sum, L={n.split('L=')[1]}"] / v
                                              for n, v in ms.items() if n.startswith("bag")},
             "training_step_ms": steps}
@@ -129,8 +172,8 @@ def markdown(results: list[dict], bandwidth: float) -> str:
         for name, value in result["ms"].items():
             if "L=" in name:
                 continue
-            lines.append(f"| {name} | {value:.2f} | {result['speed_vs_fp32'][name]:.2f}x | "
-                         f"{result['gb_per_s'][name]:.1f} |")
+            speed = result["speed_vs_fp32"][name]
+            lines.append(f"| {name} | {value:.2f} | {speed:.2f}x | {result['gb_per_s'].get(name, float('nan')):.1f} |")
         lines += ["", "| bags | ms | vs lookup then sum | GB/s |", "|---|---|---|---|"]
         for name, value in result["ms"].items():
             if "L=" in name:
@@ -145,8 +188,9 @@ def markdown(results: list[dict], bandwidth: float) -> str:
     return "\n".join(lines)
 
 
-def main_lookups(rows_list: list[int], repeats: int) -> tuple[list[dict], float]:
-    results = [lookups_benchmark(rows, 64, 4096, 26, distribution, repeats)
+def main_lookups(rows_list: list[int], repeats: int, threads: int) -> tuple[list[dict], float]:
+    results = [lookups_benchmark(rows, 64, 4096, 26, distribution, repeats,
+                                 inference=rows == rows_list[0] and distribution == "zipf", threads=threads)
                for rows in rows_list for distribution in ("zipf", "uniform")]
     return results, copy_bandwidth()
 

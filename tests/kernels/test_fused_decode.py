@@ -108,3 +108,19 @@ def test_a_fused_export_of_packed_tables_serves_the_same_bits(tmp_path, dtype):
     assert uses_fused_kernels(f"{fused}.pdmodel") and not uses_fused_kernels(f"{plain}.pdmodel")
     np.testing.assert_array_equal(Predictor(fused).run(ids), eager)
     np.testing.assert_array_equal(Predictor(plain).run(ids), eager)
+
+
+def test_the_kernels_follow_the_configured_threads():
+    import ctypes
+
+    from paddle_edo.runtime import set_num_threads
+
+    kernels.fused_ops()
+    openmp = ctypes.CDLL("libgomp.so.1")  # the kernels' OpenMP runtime, as loaded in this process
+    try:
+        set_num_threads(1)
+        assert openmp.omp_get_max_threads() == 1
+        set_num_threads(2)
+        assert openmp.omp_get_max_threads() == 2
+    finally:
+        set_num_threads(2)
