@@ -18,7 +18,7 @@ import paddle
 from ..compat import dynamic_graph_under_sot
 from ..errors import EdoTypeError, EdoValueError
 from ..kernels import can_fuse, can_fuse_decode, fused_ops
-from .base import CompositeEmbedding, EmbeddingBase
+from .base import ID_DTYPES, CompositeEmbedding, EmbeddingBase, dtype_name
 from .dedup import distinct_rows, unique_ids
 from .dense import DenseEmbedding
 from .quantized import FORMAT_NUMBERS, QuantizedEmbedding
@@ -36,14 +36,13 @@ def pooled_lookup(table: EmbeddingBase, ids: paddle.Tensor, offsets: paddle.Tens
         raise EdoValueError(f"{owner}: mode = {mode!r}; expected one of {', '.join(map(repr, MODES))}")
     if per_sample_weights is not None and mode != "sum":
         raise EdoValueError(f"{owner}: per_sample_weights weight a sum; mode is {mode!r} (use mode 'sum')")
-    if offsets is None:
-        if len(ids.shape) < 2:
-            raise EdoValueError(f"{owner}: ids of shape {list(ids.shape)} need offsets, or a padded shape [..., L]")
-        if per_sample_weights is not None and list(per_sample_weights.shape) != list(ids.shape):
-            raise EdoValueError(f"{owner}: per_sample_weights of shape {list(per_sample_weights.shape)}, expected the "
-                                f"ids' {list(ids.shape)}")
-    else:
-        _check_offsets(ids, offsets, per_sample_weights, owner)
+    if per_sample_weights is not None and list(per_sample_weights.shape) != list(ids.shape):
+        raise EdoValueError(f"{owner}: per_sample_weights of shape {list(per_sample_weights.shape)}, expected the "
+                            f"ids' {list(ids.shape)}")
+    if offsets is None and len(ids.shape) < 2:
+        raise EdoValueError(f"{owner}: ids of shape {list(ids.shape)} need offsets, or a padded shape [..., L]")
+    if offsets is not None:
+        _check_offsets(ids, offsets, owner)
     if paddle.in_dynamic_mode() and 0 in ids.shape:
         bags = list(ids.shape[:-1]) if offsets is None else [offsets.shape[0]]
         return paddle.zeros([*bags, table.embedding_dim], dtype="float32")
@@ -56,15 +55,13 @@ def pooled_lookup(table: EmbeddingBase, ids: paddle.Tensor, offsets: paddle.Tens
     return _segments(table, ids, offsets, per_sample_weights, mode, padding_idx)
 
 
-def _check_offsets(ids: paddle.Tensor, offsets: paddle.Tensor, weights: paddle.Tensor | None, owner: str) -> None:
+def _check_offsets(ids: paddle.Tensor, offsets: paddle.Tensor, owner: str) -> None:
+    """Refuse offsets that are not 1-D integers starting at 0, not decreasing, and within the ids."""
     if len(ids.shape) != 1 or len(offsets.shape) != 1:
         raise EdoValueError(f"{owner}: with offsets, ids and offsets must be 1-D; got ids {list(ids.shape)}, "
                             f"offsets {list(offsets.shape)}")
-    if offsets.dtype not in (paddle.int32, paddle.int64):
-        raise EdoTypeError(f"{owner}: offsets must be int32 or int64, got {str(offsets.dtype).split('.')[-1]}")
-    if weights is not None and list(weights.shape) != list(ids.shape):
-        raise EdoValueError(f"{owner}: per_sample_weights of shape {list(weights.shape)}, expected the ids' "
-                            f"{list(ids.shape)}")
+    if offsets.dtype not in ID_DTYPES:
+        raise EdoTypeError(f"{owner}: offsets must be int32 or int64, got {dtype_name(offsets.dtype)}")
     if paddle.in_dynamic_mode():
         starts = offsets.numpy()
         n = ids.shape[0]
