@@ -32,7 +32,7 @@ import paddle
 logger = logging.getLogger("paddle_edo")
 
 SOURCES = [Path(__file__).with_name(name)
-           for name in ("lookups.cc", "quantized.cc", "bags.cc", "unique_ids.cc", "row_norms.cc")]
+           for name in ("lookups.cc", "quantized.cc", "bags.cc", "fake_quant.cc", "unique_ids.cc", "row_norms.cc")]
 HEADERS = [Path(__file__).with_name("packed_rows.h")]  # included by the sources: part of a build's key
 NAME = "paddle_edo_lookups"
 FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]  # no fused multiply-adds: the composite ops' exact roundings

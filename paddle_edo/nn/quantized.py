@@ -22,7 +22,8 @@ LOW_PRECISION_DTYPES = ("fp16", "bf16", "int8")
 ROW_OPTIMIZERS = ("sgd", "adagrad")
 ENCODE_CHUNK_ROWS = 1 << 16
 ADAGRAD_EPSILON = 1e-8
-FORMAT_NUMBERS = {name: number for number, name in enumerate(FORMATS)}  # kernels/quantized.cc's numbering
+FORMAT_NUMBERS = {name: number for number, name in enumerate(FORMATS)}  # the kernels' numbering
+FUSED_FAKE_QUANTIZATION = ("fp16", "bf16", "int8", "int4", "int2")  # kernels/fake_quant.cc; the others scale by a mean
 
 
 @register_embedding("quantized")
@@ -176,8 +177,17 @@ class QuantizedEmbedding(EmbeddingBase):
         return not self.packed and self.deduplicate and deduplicating(self.weight, self.sparse)
 
     def _master_rows(self, rows: paddle.Tensor) -> paddle.Tensor:
-        """Rows of the fp32 master table as training sees them: fake-quantized in QAT."""
-        return codecs.fake_quantize(rows, self.format) if self.mode == "qat" else rows
+        """Rows of the fp32 master table as training sees them: fake-quantized in QAT (by the fused CPU
+        kernel where it serves: the same values, bit for bit)."""
+        if self.mode != "qat":
+            return rows
+        if self.format.name in FUSED_FAKE_QUANTIZATION and paddle.in_dynamic_mode() and rows.place.is_cpu_place() \
+                and fused_ops() is not None:
+            with paddle.no_grad():
+                flat = rows.detach().reshape([-1, self.embedding_dim])
+                quantized = fused_ops().edo_fake_quantize(flat, FORMAT_NUMBERS[self.format.name]).reshape(rows.shape)
+            return codecs.straight_through(rows, quantized)
+        return codecs.fake_quantize(rows, self.format)
 
     def _lookup_for_update(self, ids: paddle.Tensor) -> paddle.Tensor:
         """Decode each distinct row once as a leaf tensor whose gradient apply_row_updates reads."""

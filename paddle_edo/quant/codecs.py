@@ -128,4 +128,9 @@ def fake_quantize(rows: paddle.Tensor, fmt: QuantFormat) -> paddle.Tensor:
         flat = rows.reshape([-1, rows.shape[-1]])
         codes, params = encode(flat, fmt)
         quantized = decode(codes, params, fmt, rows.shape[-1]).reshape(rows.shape)
-    return quantized + (rows - rows.detach())  # forward: exactly the quantized values; gradient: identity
+    return straight_through(rows, quantized)
+
+
+def straight_through(rows: paddle.Tensor, quantized: paddle.Tensor) -> paddle.Tensor:
+    """Forward: exactly ``quantized``; gradient: the identity to ``rows``."""
+    return quantized + (rows - rows.detach())
