@@ -495,11 +495,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "lookups":
         from tools import bench_lookups
 
-        results, bandwidth = bench_lookups.main_lookups(args.rows, args.repeats, args.threads)
+        results, training, bandwidth = bench_lookups.main_lookups(args.rows, args.repeats, args.threads)
         for result in results:
             result["settings"].update(threads=args.threads, malloc=MALLOC)
-        (out / "lookups.json").write_text(json.dumps({"copy_gb_per_s": bandwidth, "results": results}, indent=2))
-        table = bench_lookups.markdown(results, bandwidth)
+        (out / "lookups.json").write_text(json.dumps({"copy_gb_per_s": bandwidth, "results": results,
+                                                      "quantized_training_steps": training}, indent=2))
+        table = bench_lookups.markdown(results, training, bandwidth)
         (out / "lookups.md").write_text(table + "\n")
         print(table)
         return 0

@@ -163,8 +163,50 @@ def training_steps(rows: int, dim: int, bags: int, distribution: str, repeats: i
     return ms
 
 
-def markdown(results: list[dict], bandwidth: float) -> str:
-    lines = [f"Copy bandwidth of this machine (numpy, 256 MiB, read + write): {bandwidth:.1f} GB/s", ""]
+def quantized_training_steps(rows: int, dim: int, batch: int, fields: int, repeats: int) -> dict:
+    """Forward + backward + update of a [batch, fields] Zipf(1.05) lookup: QAT tables (lazy Adam on the
+    fp32 master) against paddle.nn.Embedding with lazy Adam, and low_precision int8 (the layer's row-wise
+    Adagrad) against paddle.nn.Embedding with Adagrad."""
+    batches = [paddle.to_tensor(ids_for(rows, (batch, fields), "zipf", seed=200 + i)) for i in range(4)]
+    upstream = paddle.to_tensor(np.random.default_rng(0).normal(size=(batch, fields, dim)).astype(np.float32))
+
+    def stepper(layer, optimizer_name):
+        paddle.seed(0)
+        optimizer = (paddle.optimizer.Adam(1e-3, parameters=layer.parameters(), lazy_mode=True)
+                     if optimizer_name == "adam" else paddle.optimizer.Adagrad(0.01, parameters=layer.parameters()))
+        row_updated = isinstance(layer, QuantizedEmbedding) and layer.mode == "low_precision"
+        if row_updated:
+            layer.configure_row_optimizer("adagrad")
+        position = [0]
+
+        def step():
+            (layer(batches[position[0] % len(batches)]) * upstream).sum().backward()
+            position[0] += 1
+            if row_updated:
+                layer.apply_row_updates(0.01)
+            else:
+                optimizer.step()
+                optimizer.clear_grad()
+        return step
+    steps = {"paddle.nn.Embedding, Adam": stepper(paddle.nn.Embedding(rows, dim, sparse=True), "adam"),
+             "DenseEmbedding, Adam": stepper(DenseEmbedding(rows, dim), "adam"),
+             "int8 qat, Adam": stepper(QuantizedEmbedding(rows, dim, "int8", mode="qat"), "adam"),
+             "int4 qat, Adam": stepper(QuantizedEmbedding(rows, dim, "int4", mode="qat"), "adam"),
+             "paddle.nn.Embedding, Adagrad": stepper(paddle.nn.Embedding(rows, dim, sparse=True), "adagrad"),
+             "int8 low_precision, Adagrad": stepper(QuantizedEmbedding(rows, dim, "int8", mode="low_precision"),
+                                                    "adagrad")}
+    ms = side_by_side(steps, repeats=repeats)
+    return {"ms": ms, "speed": {name: ms[f"paddle.nn.Embedding, {name.split(', ')[1]}"] / value
+                                for name, value in ms.items()}}
+
+
+def markdown(results: list[dict], training: dict, bandwidth: float) -> str:
+    lines = [f"Copy bandwidth of this machine (numpy, 256 MiB, read + write): {bandwidth:.1f} GB/s", "",
+             f"Training steps of quantized tables ({results[0]['settings']['rows']:,} x 64, 4096 x 26 Zipf(1.05) "
+             f"ids; speed = paddle.nn.Embedding's time with the same optimizer / the table's):", "",
+             "| table | ms | speed |", "|---|---|---|",
+             *(f"| {name} | {value:.2f} | {training['speed'][name]:.2f}x |" for name, value in training["ms"].items()),
+             ""]
     for result in results:
         s = result["settings"]
         lines += [f"### {s['rows']:,} x {s['dim']}, {s['distribution']} ids", "",
@@ -188,9 +230,9 @@ def markdown(results: list[dict], bandwidth: float) -> str:
     return "\n".join(lines)
 
 
-def main_lookups(rows_list: list[int], repeats: int, threads: int) -> tuple[list[dict], float]:
+def main_lookups(rows_list: list[int], repeats: int, threads: int) -> tuple[list[dict], dict, float]:
     results = [lookups_benchmark(rows, 64, 4096, 26, distribution, repeats,
                                  inference=rows == rows_list[0] and distribution == "zipf", threads=threads)
                for rows in rows_list for distribution in ("zipf", "uniform")]
-    return results, copy_bandwidth()
+    return results, quantized_training_steps(rows_list[0], 64, 4096, 26, repeats), copy_bandwidth()
 
