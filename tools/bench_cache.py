@@ -109,7 +109,8 @@ def step_time_benchmark(rows: int, dim: int, batch: int, ids_per_sample: int, ra
     ms = side_by_side(candidates, repeats=repeats, warmup=warmup, sync=sync)
     hit_rates = {n: t.statistics()["hit_rate"] for n, t in tables.items() if isinstance(t, CachedEmbedding)}
     return {"settings": {"rows": rows, "dim": dim, "batch": batch, "ids_per_sample": ids_per_sample,
-                         "cache_rows": cache_rows, "small_cache_rows": small_rows, "policy": "lfu", "zipf_alpha": alpha, "optimizer": "adam lazy",
+                         "cache_rows": cache_rows, "small_cache_rows": small_rows,
+                         "policy": "lfu", "zipf_alpha": alpha, "optimizer": "adam lazy",
                          "warmup_steps": warmup, "timed_steps": repeats, "device": paddle.get_device()},
             "ms_per_step": ms, "hit_rate": hit_rates,
             "bypass_rows_per_step": tables["cache under a batch"].statistics()["bypass_rows"] / (warmup + repeats),

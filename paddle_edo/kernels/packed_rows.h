@@ -84,6 +84,22 @@ void Bf16Row(const uint16_t* src, float* dst, int64_t dim) {
   for (int64_t j = 0; j < dim; ++j) bits[j] = static_cast<uint32_t>(src[j]) << 16;
 }
 
+// int8 codes: code * scale + offset, the multiply and the add rounded apart (as Paddle's two ops do).
+__attribute__((target("avx2"))) void Int8RowAvx2(const int8_t* src, float scale, float offset, int64_t dim,
+                                                  float* row) {
+  const __m256 s = _mm256_set1_ps(scale), o = _mm256_set1_ps(offset);
+  int64_t j = 0;
+  for (; j + 8 <= dim; j += 8) {
+    const __m256i codes = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + j)));
+    _mm256_storeu_ps(row + j, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(codes), s), o));
+  }
+  for (; j < dim; ++j) row[j] = static_cast<float>(src[j]) * scale + offset;
+}
+
+void Int8RowPortable(const int8_t* src, float scale, float offset, int64_t dim, float* row) {
+  for (int64_t j = 0; j < dim; ++j) row[j] = static_cast<float>(src[j]) * scale + offset;
+}
+
 // One row of sub-byte codes: each byte's digits from the byte table, times the scale (plus the bias).
 template <int kPerByte, bool kSymmetric>
 inline void DecodeSubByteRow(const int8_t* src, const float* byte_table, float scale, float bias, int64_t dim,
@@ -132,6 +148,8 @@ class PackedTable {
                  params.shape()[0] == rows_ && params.shape()[1] == params_per_row_,
              "row parameters must be float16 [rows, ", params_per_row_, "]");
     codes_ = codes.data<int8_t>();
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    int8_row_ = avx2 ? Int8RowAvx2 : Int8RowPortable;
     row_bytes_ = codes.shape()[1];
     params_ = params.data<paddle::float16>();
     byte_table_ = CachedByteTable(format);
@@ -158,11 +176,8 @@ class PackedTable {
     const float scale = static_cast<float>(params_[id * params_per_row_]);
     const float bias = params_per_row_ == 2 ? static_cast<float>(params_[id * 2 + 1]) : 0.0f;
     switch (format_) {
-      case kInt8: {  // code * scale + (bias + 128 scale), as codecs.decode folds the offset
-        const float offset = bias + 128.0f * scale;
-        for (int64_t j = 0; j < dim_; ++j) row[j] = static_cast<float>(src[j]) * scale + offset;
-        return;
-      }
+      case kInt8:  // code * scale + (bias + 128 scale), as codecs.decode folds the offset
+        return int8_row_(src, scale, bias + 128.0f * scale, dim_, row);
       case kInt4: return DecodeSubByteRow<2, false>(src, byte_table_, scale, bias, dim_, row);
       case kInt2: return DecodeSubByteRow<4, false>(src, byte_table_, scale, bias, dim_, row);
       case kTernary: return DecodeSubByteRow<5, true>(src, byte_table_, scale, bias, dim_, row);
@@ -176,6 +191,7 @@ class PackedTable {
   int params_per_row_ = 0;
   const uint16_t* half_ = nullptr;
   void (*convert_)(const uint16_t*, float*, int64_t) = nullptr;
+  void (*int8_row_)(const int8_t*, float, float, int64_t, float*) = nullptr;
   const int8_t* codes_ = nullptr;
   const paddle::float16* params_ = nullptr;
   const float* byte_table_ = nullptr;

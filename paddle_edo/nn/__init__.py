@@ -12,4 +12,9 @@ from .char_word import CharWordEmbedding
 from .bag import EmbeddingBag, pooled_lookup
 from .ps_table import PSEmbedding
 
-__all__ = ["CachedEmbedding", "CharWordEmbedding", "ClusteredEmbedding", "EmbeddingBag", "EmbeddingBase", "DenseEmbedding", "HashEmbedding", "MixedDimEmbedding", "MultiTaskEmbedding", "PSEmbedding", "QREmbedding", "QuantizedEmbedding", "EMBEDDINGS", "build_embedding", "bind_optimizer", "pooled_lookup", "register_embedding", "uncache"]
+__all__ = [
+    "CachedEmbedding", "CharWordEmbedding", "ClusteredEmbedding", "EmbeddingBag", "EmbeddingBase",
+    "DenseEmbedding", "HashEmbedding", "MixedDimEmbedding", "MultiTaskEmbedding", "PSEmbedding", "QREmbedding",
+    "QuantizedEmbedding", "EMBEDDINGS", "build_embedding", "bind_optimizer", "pooled_lookup", "register_embedding",
+    "uncache"
+]
