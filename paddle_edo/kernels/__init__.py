@@ -130,13 +130,13 @@ def fused_static_programs(enabled: bool = True) -> Iterator[None]:
 
 
 @paddle.jit.not_to_static
-def can_fuse_decode(ids: paddle.Tensor, codes: paddle.Tensor) -> bool:
-    """Whether a packed table's lookup may take the fused gather-decode kernel: ids and codes on the CPU in
-    dynamic graph (packed codes never take a gradient), or a static program traced inside
+def kernels_serve(ids: paddle.Tensor, table: paddle.Tensor) -> bool:
+    """Whether a kernel that has its own gradient, or reads a table that takes none (packed codes), may
+    serve a lookup: ids and table on the CPU in dynamic graph, or a static program traced inside
     ``fused_static_programs``; and the extension at hand."""
     if not paddle.in_dynamic_mode():
         return _static_fusion[0] and fused_ops() is not None
-    return ids.place.is_cpu_place() and codes.place.is_cpu_place() and fused_ops() is not None
+    return ids.place.is_cpu_place() and table.place.is_cpu_place() and fused_ops() is not None
 
 
 @paddle.jit.not_to_static

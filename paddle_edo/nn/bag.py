@@ -17,7 +17,7 @@ import paddle
 
 from ..compat import dynamic_graph_under_sot
 from ..errors import EdoTypeError, EdoValueError
-from ..kernels import can_fuse, can_fuse_decode, fused_ops
+from ..kernels import fused_ops, kernels_serve
 from .base import ID_DTYPES, CompositeEmbedding, EmbeddingBase, dtype_name
 from .dedup import distinct_rows, unique_ids
 from .dense import DenseEmbedding
@@ -46,10 +46,8 @@ def pooled_lookup(table: EmbeddingBase, ids: paddle.Tensor, offsets: paddle.Tens
     if paddle.in_dynamic_mode() and 0 in ids.shape:
         bags = list(ids.shape[:-1]) if offsets is None else [offsets.shape[0]]
         return paddle.zeros([*bags, table.embedding_dim], dtype="float32")
-    if _fusable(table, ids, per_sample_weights):
-        return _fused(table, ids, offsets, per_sample_weights, mode, padding_idx)
-    if _packed_fusable(table, ids, per_sample_weights):
-        return _packed(table, ids, offsets, per_sample_weights, mode, padding_idx)
+    if _native_kernel_serves(table, ids, per_sample_weights):
+        return _native(table, ids, offsets, per_sample_weights, mode, padding_idx)
     if offsets is None:
         return _padded(table, ids, per_sample_weights, mode, padding_idx)
     return _segments(table, ids, offsets, per_sample_weights, mode, padding_idx)
@@ -78,24 +76,19 @@ def _check_offsets(ids: paddle.Tensor, offsets: paddle.Tensor, owner: str) -> No
                                 f"{n} ids")
 
 
-def _fusable(table: EmbeddingBase, ids: paddle.Tensor, weights: paddle.Tensor | None) -> bool:
-    """A plain fp32 table, and per-id weights that need no gradient: the native kernel may pool."""
-    if type(table) is not DenseEmbedding or (weights is not None and not weights.stop_gradient):
+def _native_kernel_serves(table: EmbeddingBase, ids: paddle.Tensor, weights: paddle.Tensor | None) -> bool:
+    """Whether a native bag kernel may pool: per-id weights that need no gradient, and an fp32
+    DenseEmbedding (its kernel has a gradient) or a packed table serving (a low_precision one in training
+    updates its rows: not here)."""
+    if weights is not None and not weights.stop_gradient:
         return False
-    if not paddle.in_dynamic_mode():
-        return can_fuse(ids, table.weight)  # static programs: inside fused_static_programs only
-    return ids.place.is_cpu_place() and table.weight.place.is_cpu_place() and fused_ops() is not None
-
-
-def _packed_fusable(table: EmbeddingBase, ids: paddle.Tensor, weights: paddle.Tensor | None) -> bool:
-    """A packed table serving (a low_precision one in training updates its rows: not here), and per-id
-    weights that need no gradient: the native kernel may decode and pool each row in one pass."""
-    if not isinstance(table, QuantizedEmbedding) or not table.packed or (weights is not None
-                                                                         and not weights.stop_gradient):
+    if type(table) is DenseEmbedding:
+        return table.weight.dtype == paddle.float32 and kernels_serve(ids, table.weight)
+    if not isinstance(table, QuantizedEmbedding) or not table.packed:
         return False
     if table.mode == "low_precision" and table.training and paddle.is_grad_enabled():
         return False
-    return can_fuse_decode(ids, table.codes)
+    return kernels_serve(ids, table.codes)
 
 
 def _bag_bounds(ids: paddle.Tensor, offsets: paddle.Tensor | None) -> tuple[paddle.Tensor, paddle.Tensor]:
@@ -107,34 +100,27 @@ def _bag_bounds(ids: paddle.Tensor, offsets: paddle.Tensor | None) -> tuple[padd
     return flat, paddle.concat([offsets.astype("int64"), n])
 
 
-def _fused(table: DenseEmbedding, ids: paddle.Tensor, offsets: paddle.Tensor | None,
-           weights: paddle.Tensor | None, mode: str, padding_idx: int | None) -> paddle.Tensor:
-    if paddle.in_dynamic_mode():
-        table.check_ids(ids)
-    flat, bounds = _bag_bounds(ids, offsets)
-    empty = paddle.zeros([0], dtype="float32")
-    entry_weights = empty if weights is None else weights.astype("float32").reshape([-1])
-    weight = table.weight
-    if paddle.in_dynamic_mode() and paddle.is_grad_enabled() and not weight.stop_gradient and table.sparse:
-        unique, inverse = unique_ids(flat)  # the table's gradient: one sparse row per distinct id
-        rows, index = distinct_rows(unique, weight, None), inverse.reshape([-1])
-    else:
-        rows, index = weight, flat
-    out, _ = fused_ops().edo_bag_pool(rows, index, flat, bounds, entry_weights, MODES.index(mode),
-                                      padding_idx is not None, padding_idx if padding_idx is not None else 0)
-    return out if offsets is not None else out.reshape([*ids.shape[:-1], table.embedding_dim])
-
-
-def _packed(table: QuantizedEmbedding, ids: paddle.Tensor, offsets: paddle.Tensor | None,
+def _native(table: DenseEmbedding | QuantizedEmbedding, ids: paddle.Tensor, offsets: paddle.Tensor | None,
             weights: paddle.Tensor | None, mode: str, padding_idx: int | None) -> paddle.Tensor:
+    """The native bag kernels: an fp32 table's rows (in training its batch's distinct rows, so that its
+    gradient is one sparse row per distinct id), or a packed table's rows decoded as they are pooled."""
     if paddle.in_dynamic_mode():
         table.check_ids(ids)
     flat, bounds = _bag_bounds(ids, offsets)
     entry_weights = paddle.zeros([0], dtype="float32") if weights is None else weights.astype("float32").reshape([-1])
-    params = table.codes if table.row_params is None else table.row_params  # float formats: unused
-    out = fused_ops().edo_packed_bag_pool(flat, table.codes, params, bounds, entry_weights,
-                                          FORMAT_NUMBERS[table.format.name], table.embedding_dim, MODES.index(mode),
-                                          padding_idx is not None, padding_idx if padding_idx is not None else 0)
+    pooling = (MODES.index(mode), padding_idx is not None, padding_idx if padding_idx is not None else 0)
+    if isinstance(table, QuantizedEmbedding):
+        params = table.codes if table.row_params is None else table.row_params  # float formats: unused
+        out = fused_ops().edo_packed_bag_pool(flat, table.codes, params, bounds, entry_weights,
+                                              FORMAT_NUMBERS[table.format.name], table.embedding_dim, *pooling)
+    else:
+        weight = table.weight
+        if paddle.in_dynamic_mode() and paddle.is_grad_enabled() and not weight.stop_gradient and table.sparse:
+            unique, inverse = unique_ids(flat)
+            rows, index = distinct_rows(unique, weight, None), inverse.reshape([-1])
+        else:
+            rows, index = weight, flat
+        out, _ = fused_ops().edo_bag_pool(rows, index, flat, bounds, entry_weights, *pooling)
     return out if offsets is not None else out.reshape([*ids.shape[:-1], table.embedding_dim])
 
 

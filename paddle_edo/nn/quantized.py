@@ -9,7 +9,7 @@ import paddle.nn.functional as F
 
 from ..compat import sparse_gradient
 from ..errors import EdoRuntimeError, EdoValueError
-from ..kernels import can_fuse_decode, fused_ops
+from ..kernels import fused_ops, kernels_serve
 from ..quant import codecs
 from ..quant.formats import FORMATS, QuantFormat, get_format
 from ..schema import ConfigError, Option
@@ -146,7 +146,7 @@ class QuantizedEmbedding(EmbeddingBase):
     def decode_rows(self, ids: paddle.Tensor) -> paddle.Tensor:
         """fp32 rows of the given ids, decoded from packed storage: by the fused CPU kernel where it may
         serve (the same values, bit for bit), else by Paddle's composite ops."""
-        if can_fuse_decode(ids, self.codes):
+        if kernels_serve(ids, self.codes):
             params = self.codes if self.row_params is None else self.row_params  # float formats: unused
             return fused_ops().edo_quantized_lookup(ids.astype("int64"), self.codes, params,
                                                     FORMAT_NUMBERS[self.format.name], self.embedding_dim, False, 0)
