@@ -1,6 +1,6 @@
 """MovieLens-100K: click prediction and rating regression sharing one table per field.
 
-    python examples/movielens_multitask.py [--epochs 3] [--dtype int8]
+    python examples/movielens_multitask.py [--epochs 3] [--storage-format int8]
 
 Prints test AUC (click), RMSE (rating) and the memory report: each table is counted once although
 both heads read it; two single-task models would hold every table twice.
@@ -8,20 +8,16 @@ both heads read it; two single-task models would hold every table twice.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
+import paddle
+import paddle.nn.functional as F
 
-import numpy as np  # noqa: E402
-import paddle  # noqa: E402
-import paddle.nn.functional as F  # noqa: E402
-
-from paddle_edo import memory_report, quantize  # noqa: E402
-from paddle_edo.data import CTRBatches, load_movielens, make_loader, split_table  # noqa: E402
-from paddle_edo.metrics import auc  # noqa: E402
-from paddle_edo.models import ClickAndRating  # noqa: E402
-from paddle_edo.runtime import seed_everything, set_num_threads  # noqa: E402
+from paddle_edo import memory_report, quantize
+from paddle_edo.data import CTRBatches, load_movielens, make_loader, split_table
+from paddle_edo.metrics import auc
+from paddle_edo.models import ClickAndRating
+from paddle_edo.runtime import seed_everything, set_num_threads
 
 
 def evaluate(model, table) -> tuple[float, float]:
@@ -40,7 +36,7 @@ def evaluate(model, table) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--dtype", default=None, help="quantize the shared tables after training (e.g. int8)")
+    parser.add_argument("--storage-format", default=None, help="quantize the shared tables after training (e.g. int8)")
     parser.add_argument("--seed", type=int, default=2024)
     args = parser.parse_args(argv)
     set_num_threads(2)
@@ -52,15 +48,14 @@ def main(argv: list[str] | None = None) -> dict:
     for epoch in range(args.epochs):
         batches.epoch = epoch
         for batch in make_loader(batches):
-            click, rating = model([batch[f.name] for f in splits.fields])
-            loss = F.binary_cross_entropy_with_logits(click, batch["label"]) + 0.5 * F.mse_loss(rating, batch["rating"])
+            loss = model.create_loss(model([batch[f.name] for f in splits.fields]), batch)  # click BCE + 0.5 rating MSE
             loss.backward()
             optimizer.step()
             optimizer.clear_grad()
         click_auc, rmse = evaluate(model, splits.valid)
         print(f"epoch {epoch + 1}: valid click AUC {click_auc:.4f}, rating RMSE {rmse:.4f}")
-    if args.dtype:
-        quantize(model, args.dtype)
+    if args.storage_format:
+        quantize(model, args.storage_format)
     report = memory_report(model)
     print(report)
     click_auc, rmse = evaluate(model, splits.test)

@@ -2,7 +2,7 @@
 from . import nn
 from .config import load_config
 from .memory import memory_report
-from .quant.convert import dequantize_model, quantize
+from .nn.convert import dequantize_model, quantize
 from .schema import ConfigError
 
 __version__ = "0.1.0"

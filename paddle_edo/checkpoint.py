@@ -3,13 +3,20 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 import paddle
 
-from .errors import EdoRuntimeError
-from .nn.cached import load_model_with_caches
+from .data.options import DATA_OPTIONS
+from .errors import EdoDeprecationWarning, EdoRuntimeError
+from .models import model_section_options
+from .nn import load_model_with_caches
+from .nn.registry import check_embedding_section
+from .schema import ConfigError, check_section
+
+CHECKPOINT_SECTIONS = ("data", "model", "embedding")  # what a checkpoint must have been trained with
 
 
 class CheckpointError(EdoRuntimeError):
@@ -78,3 +85,41 @@ def load_model_state(model: paddle.nn.Layer, state: dict[str, Any], source: str 
             raise CheckpointError(f"{source}: {key!r} is {dtype}{shape} in the checkpoint, but the model "
                                   f"holds {str(tensor.dtype).split('.')[-1]}{list(tensor.shape)}")
     model.set_state_dict(load_model_with_caches(model, state))
+
+
+def checkpoint_sections(config: dict[str, Any]) -> dict[str, Any]:
+    """The sections a checkpoint records, to check a resume against."""
+    return {section: config[section] for section in CHECKPOINT_SECTIONS}
+
+
+def section_with_defaults(section: str, values: Any) -> Any:
+    """A recorded config section as this version validates it (options added since it was written get
+    their defaults, old key names their new ones), or the values unchanged when they no longer validate."""
+    try:
+        if section == "embedding":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", EdoDeprecationWarning)  # a recorded section is not the user's
+                return check_embedding_section(section, values)
+        schema = DATA_OPTIONS if section == "data" else model_section_options()
+        return check_section(section, values, schema)
+    except ConfigError:
+        return values
+
+
+def checkpoint_difference(saved: dict[str, Any], config: dict[str, Any]) -> str | None:
+    """The first difference between the sections a checkpoint recorded and this config's ("embedding.dim
+    was 8, now 4"), both as this version validates them, so that a checkpoint from before an option existed
+    still resumes; None when they agree."""
+    for section in CHECKPOINT_SECTIONS:
+        before, now = section_with_defaults(section, saved.get(section)), section_with_defaults(section, config[section])
+        if before != now:
+            return _first_difference(section, before, now)
+    return None
+
+
+def _first_difference(path: str, old: Any, new: Any) -> str:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new), key=str):
+            if old.get(key) != new.get(key):
+                return _first_difference(f"{path}.{key}", old.get(key), new.get(key))
+    return f"{path} was {old!r}, now {new!r}"

@@ -7,63 +7,17 @@ from typing import Any, Iterable
 
 import yaml
 
-from .nn.char_word import FUSIONS
-from .nn.ps_table import PSEmbedding
+from .data.options import DATA_OPTIONS, check_data_section
+from .distributed.options import DISTRIBUTED_OPTIONS, check_distributed_config
+from .models import model_class, model_section_options
+from .models.optimizers import OPTIMIZERS
 from .nn.registry import check_embedding_section, embedding_class
 from .schema import ConfigError, Option, check_section
 
-OPTIMIZERS = ("adam", "adagrad", "sgd", "momentum", "rmsprop")
-
+# Each section's keys are declared by the package that reads them; this module assembles them.
 SCHEMA: dict[str, dict[str, Any]] = {
-    "data": {
-        "name": Option("movielens", str, choices=("movielens", "synthetic", "csv", "chnsenti"),
-                       doc="which data set"),
-        "cache_dir": Option(None, str, nullable=True, doc="where fetched data is unpacked"),
-        "split": Option([0.8, 0.1, 0.1], list, item_kind=float, low=0.0, high=1.0,
-                        doc="train / valid / test fractions"),
-        "seed": Option(2024, int, low=0, doc="seed of the split"),
-        "synthetic": {
-            "num_samples": Option(200_000, int, low=10),
-            "num_fields": Option(8, int, low=1),
-            "rows_per_field": Option(100_000, int, low=2),
-            "zipf_alpha": Option(1.05, float, low=0.0),
-            "seed": Option(7, int, low=0),
-        },
-        "csv": {
-            "path": Option(None, str, nullable=True, doc="CSV file with a header row"),
-            "label": Option("label", str, doc="label column (0/1)"),
-            "fields": Option({}, dict, doc="column name -> vocabulary size"),
-            "multi_value_separator": Option("|", str),
-        },
-        "text": {  # data.name: chnsenti (Chinese review sentiment): segmentation and vocabularies
-            "max_words": Option(48, int, low=1, doc="words kept per sentence"),
-            "max_chars_per_word": Option(4, int, low=1, doc="characters kept per word"),
-            "min_freq": Option(1, int, low=1, doc="training-split count a word needs to enter the vocabulary"),
-            "max_word_vocab": Option(None, int, low=3, nullable=True, doc="cap on word ids, [PAD] and [UNK] included"),
-            "max_char_vocab": Option(None, int, low=3, nullable=True, doc="cap on character ids"),
-            "hmm": Option(True, bool, doc="jieba's HMM for words missing from its dictionary"),
-            "user_dicts": Option([], list, item_kind=str, doc="jieba user dictionaries"),
-        },
-    },
-    "model": {
-        "name": Option("deepfm", str, choices=("deepfm", "text_classifier", "click_and_rating")),
-        "hidden_units": Option([256, 128], list, item_kind=int, low=1),
-        "dropout": Option(0.0, float, low=0.0, high=0.95),
-        "first_order": Option(True, bool, doc="per-id first-order weights (tables of dim 1)"),
-        "fm": Option(True, bool, doc="factorisation-machine pairwise term"),
-        "pooling": Option("mean", str, choices=("mean", "sum"), doc="pooling of multi-valued fields"),
-        "fusion": Option("gate", str, choices=FUSIONS, doc="text_classifier: how word and character vectors fuse"),
-        "word_dropout": Option(0.0, float, low=0.0, high=0.95,
-                               doc="text_classifier: share of known training words treated as unknown"),
-        "task_weights": {  # click_and_rating: the loss is click x BCE + rating x MSE
-            "click": Option(1.0, float, low=0.0, doc="click_and_rating: weight of the click (BCE) loss"),
-            "rating": Option(0.5, float, low=0.0, doc="click_and_rating: weight of the rating (MSE) loss"),
-        },
-        "pretrained": {  # text_classifier: a user's word2vec files (text, or binary when named .bin)
-            "words": Option(None, str, nullable=True, doc="vectors for the word table"),
-            "chars": Option(None, str, nullable=True, doc="vectors for the character table"),
-        },
-    },
+    "data": DATA_OPTIONS,
+    "model": model_section_options(),
     "embedding": {},  # validated by the registry: common keys plus the chosen type's own
     "monitor": {
         "enable": Option(False, bool, doc="VisualDL monitoring of sparse gradients and memory"),
@@ -84,26 +38,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
             "norm_window": Option(50, int, low=5),
         },
     },
-    "distributed": {
-        "mode": Option("none", str, choices=("none", "ps", "collective"),
-                       doc="ps: Fleet parameter servers; collective: DataParallel (under paddle.distributed.launch)"),
-        "ps_mode": Option("async", str, choices=("async", "geo", "sync"), doc="sync is refused (segfaults in 2.6.2)"),
-        "k_steps": Option(100, int, low=1, doc="geo: local steps between pushes"),
-        "pull_dense_every": Option(10, int, low=1, doc="async: steps between pulls of the dense parameters"),
-        # feature admission and table kind: the PS table layer's own options
-        **{k: v for k, v in PSEmbedding.config_options.items() if k != "geo"},
-        "show_click_threshold": Option(10.0, float, low=0.0,
-                                       doc="entry show_click: the score an id needs (Paddle's embedx_threshold)"),
-        "nonclick_coeff": Option(0.1, float, low=0.0, doc="entry show_click: score of a show without a click"),
-        "click_coeff": Option(1.0, float, low=0.0, doc="entry show_click: score of a click"),
-        "sparse_learning_rate": Option(None, float, low=0.0, nullable=True,
-                                       doc="servers' rate for the tables (default: the tables' rate)"),
-        "shard_num": Option(4, int, low=1, doc="shards per sparse table on the servers"),
-        "timeout_s": Option(1800, int, low=10, doc="every process of the job exits non-zero after this long"),
-        "init_timeout_s": Option(120, int, low=10,
-                                 doc="a trainer whose fleet.init_worker() has not returned after this long exits "
-                                     "non-zero"),
-    },
+    "distributed": DISTRIBUTED_OPTIONS,
     "export": {
         "dir": Option(None, str, nullable=True, doc="where tools/export_model.py writes (default: <output_dir>/inference)"),
         "batch_size": Option(4096, int, low=1, doc="batch size of tools/infer.py"),
@@ -154,76 +89,11 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
             config[section] = check_embedding_section(section, raw.get(section))
         else:
             config[section] = check_section(section, raw.get(section), options)
+    check_data_section(config["data"])
     embedding_class(config["embedding"]["type"]).check_config(config)
-    split = config["data"]["split"]
-    if len(split) != 3 or abs(sum(split) - 1.0) > 1e-6 or min(split) <= 0:
-        raise ConfigError(f"data.split = {split} must be three positive fractions that add up to 1")
-    if config["model"]["name"] == "text_classifier" and config["data"]["name"] != "chnsenti":
-        raise ConfigError(f"model.name = 'text_classifier' needs text data (data.name: chnsenti), "
-                          f"not data.name = {config['data']['name']!r}")
-    if config["model"]["name"] == "click_and_rating" and config["data"]["name"] != "movielens":
-        raise ConfigError(f"model.name = 'click_and_rating' needs rating targets (data.name: movielens), "
-                          f"not data.name = {config['data']['name']!r}")
-    if config["distributed"]["mode"] == "ps":
-        from .distributed.ps import check_ps_config
-
-        check_ps_config(config)
-    if config["distributed"]["mode"] == "collective" and config["embedding"]["sparse"]:
-        raise ConfigError("distributed.mode = 'collective' needs embedding.sparse = false: Paddle 2.6.2's "
-                          "DataParallel does not all-reduce sparse embedding gradients on CPU (the ranks' "
-                          "tables drift apart silently); or use distributed.mode = 'ps'")
-    if config["train"]["to_static"] and config["distributed"]["mode"] != "none":
-        raise ConfigError(f"train.to_static = true works with distributed.mode = 'none', not "
-                          f"{config['distributed']['mode']!r} (parameter servers build their own static program; "
-                          f"collective ranks train in dynamic graph)")
-    if config["data"]["name"] == "csv":
-        csv = config["data"]["csv"]
-        if not csv["path"]:
-            raise ConfigError("data.csv.path = null: data.name 'csv' needs the path of a CSV file")
-        for name, size in csv["fields"].items():
-            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise ConfigError(f"data.csv.fields.{name} = {size!r} must be a vocabulary size >= 1")
-        if not csv["fields"]:
-            raise ConfigError("data.csv.fields = {}: name at least one id column and its vocabulary size")
+    model_class(config["model"]["name"]).check_config(config)
+    check_distributed_config(config)
     return config
-
-
-CHECKPOINT_SECTIONS = ("data", "model", "embedding")  # what a checkpoint must have been trained with
-
-
-def checkpoint_sections(config: dict[str, Any]) -> dict[str, Any]:
-    """The sections a checkpoint records, to check a resume against."""
-    return {section: config[section] for section in CHECKPOINT_SECTIONS}
-
-
-def section_with_defaults(section: str, values: Any) -> Any:
-    """A config section as this version validates it (options added since it was written get their
-    defaults), or the values unchanged when they no longer validate."""
-    try:
-        if section == "embedding":
-            return check_embedding_section(section, values)
-        return check_section(section, values, SCHEMA[section])
-    except ConfigError:
-        return values
-
-
-def checkpoint_difference(saved: dict[str, Any], config: dict[str, Any]) -> str | None:
-    """The first difference between the sections a checkpoint recorded and this config's ("embedding.dim
-    was 8, now 4"), both as this version validates them, so that a checkpoint from before an option existed
-    still resumes; None when they agree."""
-    for section in CHECKPOINT_SECTIONS:
-        before, now = section_with_defaults(section, saved.get(section)), section_with_defaults(section, config[section])
-        if before != now:
-            return _first_difference(section, before, now)
-    return None
-
-
-def _first_difference(path: str, old: Any, new: Any) -> str:
-    if isinstance(old, dict) and isinstance(new, dict):
-        for key in sorted(set(old) | set(new), key=str):
-            if old.get(key) != new.get(key):
-                return _first_difference(f"{path}.{key}", old.get(key), new.get(key))
-    return f"{path} was {old!r}, now {new!r}"
 
 
 def apply_override(raw: dict[str, Any], text: str) -> None:

@@ -15,17 +15,18 @@ from paddle.utils import unique_name
 
 from . import runtime
 from .callbacks import Callback
-from .checkpoint import CheckpointError, check_finite, load_checkpoint, load_model_state, save_checkpoint
-from .config import checkpoint_difference, checkpoint_sections, dump_config
+from .checkpoint import (CheckpointError, check_finite, checkpoint_difference, checkpoint_sections, load_checkpoint,
+                         load_model_state, save_checkpoint)
+from .config import dump_config
 from .data import CTRBatches, CTRTable, count_frequencies, load_dataset, make_loader
-from .memory import embedding_layers, memory_report
-from .metrics import accuracy, auc, logloss
+from .memory import memory_report
 from .models import build_model
+from .models.optimizers import create_optimizer
 from .monitor import monitors_from_config
 from .nn.registry import embedding_class
 from .nn.base import pack_trained, unpacked_tables
 from .nn.cached import bind_optimizer, cached_layers, uncache
-from .quant.convert import row_updated_tables
+from .nn.convert import row_updated_tables
 from .progress import ProgressBar
 from .schema import ConfigError
 from .text import load_pretrained
@@ -34,29 +35,6 @@ logger = logging.getLogger("paddle_edo")
 
 # Config sections a checkpoint must agree with to be resumed: they fix the model's shape and the data.
 EVAL_BATCH_SIZE = 8192
-
-
-def build_optimizer(config: dict[str, Any], model: paddle.nn.Layer) -> paddle.optimizer.Optimizer:
-    """The optimizer ``train`` names; embedding tables may get their own learning rate."""
-    train = config["train"]
-    lr = train["learning_rate"]
-    table_params = [p for _, layer in embedding_layers(model) for p in layer.parameters()]
-    table_ids = {id(p) for p in table_params}
-    other_params = [p for p in model.parameters() if id(p) not in table_ids]
-    table_lr = train["embedding_learning_rate"]
-    ratio = 1.0 if table_lr is None or lr == 0 else table_lr / lr
-    groups = [g for g in ({"params": table_params, "learning_rate": ratio}, {"params": other_params})
-              if g["params"]]
-    name = train["optimizer"]
-    if name == "adam":  # lazy: rows outside the batch keep their values, as sparse gradients intend
-        return paddle.optimizer.Adam(lr, parameters=groups, lazy_mode=True)
-    if name == "adagrad":
-        return paddle.optimizer.Adagrad(lr, parameters=groups)
-    if name == "sgd":
-        return paddle.optimizer.SGD(lr, parameters=groups)
-    if name == "momentum":
-        return paddle.optimizer.Momentum(lr, parameters=groups)
-    return paddle.optimizer.RMSProp(lr, parameters=groups)
 
 
 class Engine:
@@ -78,13 +56,13 @@ class Engine:
         # same in every run of the experiment and a checkpoint's optimizer state loads by name.
         self._names = UniqueNameGenerator()
         frequencies = None
-        if getattr(embedding_class(config["embedding"]["type"]), "needs_frequencies", False):
+        if embedding_class(config["embedding"]["type"]).needs_frequencies:
             frequencies = count_frequencies(self.splits.train)  # embedding.frequencies: train
         with unique_name.guard(self._names):
             self.model = build_model(self.fields, config, frequencies)
-            self.optimizer = build_optimizer(config, self.model)
+            self.optimizer = create_optimizer(train, self.model)
             bind_optimizer(self.model, self.optimizer)  # cached tables carry the optimizer's row state
-        self.table_fields = getattr(self.model, "table_fields", dict)()  # table name -> field it looks up
+        self.table_fields = self.model.table_fields()  # table name -> field it looks up
         self.prefetching = [(layer, self.table_fields[name]) for name, layer in cached_layers(self.model).items()
                             if layer.prefetcher is not None and name in self.table_fields]
         self._load_pretrained(config["model"].get("pretrained", {}))
@@ -258,7 +236,7 @@ class Engine:
         paddle.seed((self.config["train"]["seed"] * 1_000_003 + self.global_step) % 2**31)
         ids = [batch[f.name] for f in self.fields]
         with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
-            loss = self._loss(self.train_model(ids), batch)
+            loss = self.model.create_loss(self.train_model(ids), batch)
         if following is not None:  # cached tables read the next batch's misses while this step runs
             for layer, field in self.prefetching:
                 layer.prefetch(following[field])
@@ -276,18 +254,6 @@ class Engine:
         self.optimizer.clear_grad()
         return float(loss)
 
-    def _loss(self, outputs: paddle.Tensor | tuple[paddle.Tensor, ...], batch: dict[str, paddle.Tensor]
-              ) -> paddle.Tensor:
-        """BCE of the click logit; a multi-task model (outputs after the logit regress onto its
-        ``regression_targets``) adds each target's MSE, weighted by ``model.task_weights``."""
-        if not isinstance(outputs, (tuple, list)):
-            return F.binary_cross_entropy_with_logits(outputs.astype("float32"), batch["label"])
-        weights = self.config["model"]["task_weights"]
-        loss = weights["click"] * F.binary_cross_entropy_with_logits(outputs[0].astype("float32"), batch["label"])
-        for target, output in zip(self.model.regression_targets, outputs[1:]):
-            loss = loss + weights[target] * F.mse_loss(output.astype("float32"), batch[target].astype("float32"))
-        return loss
-
     def _after_backward(self) -> None:
         for cb in self.callbacks:
             cb.on_after_backward(self, self.global_step + 1)
@@ -301,7 +267,7 @@ class Engine:
     def predict_all(self, table: CTRTable) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Click probabilities and, for a multi-task model, its regression outputs by target."""
         self.model.eval()
-        clicks, regressions = [], {target: [] for target in getattr(self.model, "regression_targets", ())}
+        clicks, regressions = [], {target: [] for target in self.model.regression_targets}
         for batch in make_loader(CTRBatches(table, EVAL_BATCH_SIZE, shuffle=False)):
             with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
                 outputs = self.model([batch[f.name] for f in self.fields])
@@ -320,11 +286,7 @@ class Engine:
         model adds the RMSE of each regression target (``rating_rmse``)."""
         table: CTRTable = self.splits.extra[split] if split in self.splits.extra else getattr(self.splits, split)
         probabilities, regressions = self.predict_all(table)
-        results = {"auc": auc(table.labels, probabilities), "logloss": logloss(table.labels, probabilities),
-                   "accuracy": accuracy(table.labels, probabilities)}
-        for target, values in regressions.items():
-            results[f"{target}_rmse"] = float(np.sqrt(np.mean((values - table.targets[target]) ** 2)))
-        return results
+        return self.model.create_metrics(table.labels, probabilities, regressions, table.targets)
 
     def memory_report(self):
         return memory_report(self.model)

@@ -34,3 +34,7 @@ class EdoRuntimeError(EdoError, RuntimeError):
 
 class EdoFileNotFoundError(EdoError, FileNotFoundError):
     """A file or folder that should be there is not."""
+
+
+class EdoDeprecationWarning(FutureWarning):
+    """A spelling that still works for one release and then goes (a FutureWarning, so users see it)."""

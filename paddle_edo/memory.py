@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass
 
 import paddle
 
-from .nn.base import EmbeddingBase, dtype_name
+from .nn.base import EmbeddingBase, dtype_name, embedding_layers
 
 
 @dataclass(frozen=True)
@@ -77,17 +77,6 @@ def held_bytes(layer: paddle.nn.Layer) -> int:
             seen.add(id(tensor))
             total += tensor_bytes(tensor)
     return total
-
-
-def embedding_layers(model: paddle.nn.Layer) -> list[tuple[str, paddle.nn.Layer]]:
-    """paddle_edo layers and plain paddle.nn.Embedding layers, outermost only."""
-    found: list[tuple[str, paddle.nn.Layer]] = []
-    for name, layer in model.named_sublayers(include_self=True):
-        if any(name.startswith(outer + ".") or outer == "" for outer, _ in found):
-            continue
-        if isinstance(layer, (EmbeddingBase, paddle.nn.Embedding)):
-            found.append((name, layer))
-    return found
 
 
 def memory_report(model: paddle.nn.Layer) -> MemoryReport:

@@ -1,9 +1,13 @@
-"""Where and how computation runs: device chosen at run time, CPU threads, seeds, AMP availability."""
+"""Where and how computation runs: device chosen at run time, CPU threads, seeds, AMP availability, and
+the folder downloaded files are kept in."""
 from __future__ import annotations
 
 import ctypes
+import os
 import random
 import warnings
+
+from pathlib import Path
 
 import numpy as np
 import paddle
@@ -64,3 +68,9 @@ def amp_enabled(requested: bool, device: str) -> bool:
             _warned_amp = True
         return False
     return requested
+
+
+def default_cache_dir() -> Path:
+    """Where fetched data and jieba's parsed dictionary are kept: ``$PADDLE_EDO_CACHE``, else
+    ``~/.cache/paddle_edo``."""
+    return Path(os.environ.get("PADDLE_EDO_CACHE", Path.home() / ".cache" / "paddle_edo"))

@@ -1,6 +1,7 @@
 import pytest
 
 from paddle_edo.config import load_config, validate
+from paddle_edo.errors import EdoDeprecationWarning
 from paddle_edo.schema import ConfigError
 
 from conftest import ROOT
@@ -72,8 +73,8 @@ def test_embedding_type_comes_from_the_registry():
 
 
 def test_embedding_keys_depend_on_the_type():
-    message = error_of("embedding.dtype=int8")
-    assert "embedding.dtype: unknown key" in message and "init_std" in message
+    message = error_of("embedding.storage_format=int8")
+    assert "embedding.storage_format: unknown key" in message and "init_std" in message
 
 
 def test_adamw_is_refused_with_the_reason():
@@ -111,17 +112,24 @@ QUANT = ROOT / "configs" / "movielens_int8.yaml"
 
 
 def test_quantized_embedding_keys_are_validated():
-    config = load_config(QUANT, ["embedding.dtype=int4", "embedding.mode=qat"])
-    assert config["embedding"]["dtype"] == "int4" and config["embedding"]["mode"] == "qat"
-    assert "'int3' is not allowed" in error_of("embedding.dtype=int3", path=QUANT)
+    config = load_config(QUANT, ["embedding.storage_format=int4", "embedding.mode=qat"])
+    assert config["embedding"]["storage_format"] == "int4" and config["embedding"]["mode"] == "qat"
+    assert "'int3' is not allowed" in error_of("embedding.storage_format=int3", path=QUANT)
     assert "embedding.mode = 'fast'" in error_of("embedding.mode=fast", path=QUANT)
+
+
+def test_the_old_key_dtype_still_reads_with_a_warning():
+    with pytest.warns(EdoDeprecationWarning, match="embedding.dtype is now embedding.storage_format"):
+        config = load_config(None, ["embedding.type=quantized", "embedding.dtype=int4"])
+    assert config["embedding"]["storage_format"] == "int4" and "dtype" not in config["embedding"]
+    assert "give only embedding.storage_format" in error_of("embedding.dtype=int4", path=QUANT)
 
 
 def test_low_precision_refuses_pairs_that_cannot_train():
     message = error_of("embedding.mode=low_precision", "train.optimizer=adam", path=QUANT)
     assert "train.optimizer = 'adam'" in message and "'sgd', 'adagrad'" in message
-    message = error_of("embedding.mode=low_precision", "embedding.dtype=int4", "train.optimizer=sgd", path=QUANT)
-    assert "embedding.dtype = 'int4'" in message and "qat" in message
+    message = error_of("embedding.mode=low_precision", "embedding.storage_format=int4", "train.optimizer=sgd", path=QUANT)
+    assert "embedding.storage_format = 'int4'" in message and "qat" in message
     message = error_of("embedding.mode=low_precision", "train.optimizer=sgd", "train.amp.enable=true", path=QUANT)
     assert "train.amp.enable" in message
     load_config(QUANT, ["embedding.mode=low_precision", "train.optimizer=adagrad"])

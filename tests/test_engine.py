@@ -1,11 +1,10 @@
 import numpy as np
-import paddle
 import pytest
 
 import paddle_edo.checkpoint as checkpoint_module
 from paddle_edo.checkpoint import CheckpointError, DivergedError, load_checkpoint, save_checkpoint
 from paddle_edo.data import make_synthetic_ctr
-from paddle_edo.engine import Callback, Engine, build_optimizer
+from paddle_edo.engine import Callback, Engine
 from paddle_edo.metrics import auc
 from paddle_edo.nn import DenseEmbedding
 
@@ -136,33 +135,6 @@ def test_callbacks_see_every_step_and_epoch(synthetic_config):
     assert [e for e, _ in seen["epochs"]] == [1, 2] and seen["end"] is results
 
 
-def test_lazy_adam_leaves_rows_outside_the_batch_untouched(synthetic_config):
-    config = synthetic_config()
-    layer = DenseEmbedding(20, 4)
-    optimizer = build_optimizer(config, layer)
-    for ids in ([1, 2], [3]):  # after the first step rows 1, 2 have non-zero moments
-        before = layer.weight.numpy().copy()
-        layer(paddle.to_tensor(ids)).sum().backward()
-        optimizer.step()
-        optimizer.clear_grad()
-        changed = np.flatnonzero((layer.weight.numpy() != before).any(1)).tolist()
-        assert changed == ids
-
-
-def test_embedding_learning_rate_scales_only_the_tables(synthetic_config):
-    config = synthetic_config(optimizer="sgd", learning_rate=0.1, embedding_learning_rate=0.05)
-    model = paddle.nn.Sequential(DenseEmbedding(5, 2), paddle.nn.Linear(2, 1))
-    optimizer = build_optimizer(config, model)
-    table, linear = model[0].weight, model[1].weight
-    assert table.optimize_attr["learning_rate"] == 0.5 and linear.optimize_attr["learning_rate"] == 1.0
-    w0 = table.numpy().copy()
-    model[1](model[0](paddle.to_tensor([1]))).sum().backward()
-    grad = np.zeros_like(w0)
-    grad[1] = (model[1].weight.numpy().ravel())
-    optimizer.step()
-    np.testing.assert_allclose(table.numpy(), w0 - 0.05 * grad, rtol=1e-6)
-
-
 def test_amp_on_cpu_warns_and_trains_in_fp32(synthetic_config):
     with pytest.warns(RuntimeWarning, match="needs a GPU"):
         engine = Engine(synthetic_config(epochs=1, amp={"enable": True, "level": "O1", "dtype": "float16"}))
@@ -178,7 +150,7 @@ def quantized_config(tmp_path, name, **embedding):
 
 def test_ptq_run_reports_fp32_and_packed_test_metrics(tmp_path):
     fp32 = Engine(small_synthetic_config(tmp_path / "fp32")).fit()
-    engine = Engine(quantized_config(tmp_path, "ptq", dtype="int8", mode="ptq"))
+    engine = Engine(quantized_config(tmp_path, "ptq", storage_format="int8", mode="ptq"))
     results = engine.fit()
     assert results["test_auc_before_packing"] == fp32["test_auc"]  # ptq trains exactly the fp32 model
     assert abs(results["test_auc"] - fp32["test_auc"]) < 0.002
@@ -187,7 +159,7 @@ def test_ptq_run_reports_fp32_and_packed_test_metrics(tmp_path):
 
 def test_low_precision_training_learns_and_resumes_exactly(tmp_path):
     def config(name, **train):
-        c = quantized_config(tmp_path, name, dtype="int8", mode="low_precision")
+        c = quantized_config(tmp_path, name, storage_format="int8", mode="low_precision")
         c["train"].update(optimizer="adagrad", learning_rate=0.05, checkpoint_every_steps=10, **train)
         return c
 

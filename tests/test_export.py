@@ -44,8 +44,8 @@ def test_quantized_tables_are_bit_exact_across_dygraph_to_static_and_inference(t
     np.testing.assert_array_equal(served, eager)
 
 
-@pytest.mark.parametrize("embedding", [{"type": "dense"}, {"type": "quantized", "dtype": "int4", "mode": "ptq"},
-                                       {"type": "quantized", "dtype": "int4", "mode": "qat"}])
+@pytest.mark.parametrize("embedding", [{"type": "dense"}, {"type": "quantized", "storage_format": "int4", "mode": "ptq"},
+                                       {"type": "quantized", "storage_format": "int4", "mode": "qat"}])
 def test_fp32_master_tables_export_within_float_rounding(tmp_path, embedding):
     # With fp32 table values the static graph sums some reductions in another order than eager mode:
     # the last bit of fp32 can differ (seen: up to 1.2e-7 absolute on outputs of size ~1). Packed
@@ -56,7 +56,7 @@ def test_fp32_master_tables_export_within_float_rounding(tmp_path, embedding):
 
 
 def test_low_precision_table_in_eval_mode_exports(tmp_path):
-    net = model({"type": "quantized", "dtype": "bf16", "mode": "low_precision"})
+    net = model({"type": "quantized", "storage_format": "bf16", "mode": "low_precision"})
     eager, static, served = round_trip(net, tmp_path)
     np.testing.assert_array_equal(served, eager)
     assert isinstance(net.embeddings["user"], QuantizedEmbedding)

@@ -81,10 +81,10 @@ def lookup_benchmark(rows: int, dim: int, batch: int, fields: int, alpha: float,
 
 
 QUALITY_RUNS = [("fp32", "adam", {"type": "dense"})] + [
-    (f"{dtype} {mode}", "adam", {"type": "quantized", "dtype": dtype, "mode": mode})
+    (f"{dtype} {mode}", "adam", {"type": "quantized", "storage_format": dtype, "mode": mode})
     for mode in ("ptq", "qat") for dtype in FORMATS] + [
     ("fp32 (adagrad)", "adagrad", {"type": "dense"})] + [
-    (f"{dtype} low_precision", "adagrad", {"type": "quantized", "dtype": dtype, "mode": "low_precision"})
+    (f"{dtype} low_precision", "adagrad", {"type": "quantized", "storage_format": dtype, "mode": "low_precision"})
     for dtype in ("fp16", "bf16", "int8")]
 QUICK_RUNS = {"fp32", "int8 ptq", "int4 qat", "fp32 (adagrad)", "int8 low_precision"}
 
@@ -153,10 +153,10 @@ def quality_benchmark(quick: bool, epochs: int | None) -> list[dict]:
 # Compressed methods apply to tables of at least 100 rows (user, item, zip): smaller fields stay fp32.
 SHARED_RUNS = [("fp32 dense", {"type": "dense"})] + [
     (name, {**embedding, "min_rows": 100}) for name, embedding in [
-        ("int8", {"type": "quantized", "dtype": "int8"}),
-        ("int4 qat", {"type": "quantized", "dtype": "int4", "mode": "qat"}),
-        ("int2 qat", {"type": "quantized", "dtype": "int2", "mode": "qat"}),
-        ("binary qat", {"type": "quantized", "dtype": "binary", "mode": "qat"}),
+        ("int8", {"type": "quantized", "storage_format": "int8"}),
+        ("int4 qat", {"type": "quantized", "storage_format": "int4", "mode": "qat"}),
+        ("int2 qat", {"type": "quantized", "storage_format": "int2", "mode": "qat"}),
+        ("binary qat", {"type": "quantized", "storage_format": "binary", "mode": "qat"}),
         ("hash 1/4", {"type": "hash", "bucket_fraction": 0.25}),
         ("hash 1/10", {"type": "hash", "bucket_fraction": 0.1}),
         ("hash 1/50", {"type": "hash", "bucket_fraction": 0.02}),
@@ -219,11 +219,11 @@ def shared_lookup_benchmark(rows: int, dim: int, batch: int, fields: int, alpha:
     mapping = np.random.default_rng(1).integers(0, shared_rows, rows)
     layers = {"fp32": paddle.nn.Embedding(rows, dim, sparse=True),
               "dense (fp32, deduplicated)": DenseEmbedding(rows, dim),
-              "hash (rows/10, 2 hashes)": HashEmbedding(rows // 10, dim),
+              "hash (rows/10, 2 hashes)": HashEmbedding(rows, dim, rows // 10),
               "qr (m = sqrt(N))": QREmbedding(rows, dim, int(np.sqrt(rows))),
               "mixed_dim (4 blocks)": MixedDimEmbedding(rows, dim, frequencies),
-              "clustered (rows/100)": ClusteredEmbedding(rows, dim, mapping,
-                                                         np.zeros((shared_rows, dim), np.float32))}
+              "clustered (rows/100)": ClusteredEmbedding(
+                  rows, dim, mapping=mapping, rows=np.zeros((shared_rows, dim), np.float32))}
     sync = paddle.device.synchronize if gpu_available() else None
     upstream = paddle.randn([batch, fields, dim])
     optimizers = {name: paddle.optimizer.Adam(1e-3, parameters=layer.parameters(), lazy_mode=True)
@@ -424,6 +424,126 @@ def cache_benchmark(quick: bool, skip_hit_rates: bool, threads: int, out: Path) 
     return 0
 
 
+def run_shared_lookups(args: argparse.Namespace, out: Path) -> int:
+    """Lookup speed of the shared tables against fp32."""
+    result = shared_lookup_benchmark(1_000_000, 64, 4096, 26, 1.05, 15, args.threads)
+    (out / "shared_lookups.json").write_text(json.dumps(result, indent=2))
+    print(f"fused kernels: {result['settings']['fused_kernels']}")
+    modes = list(result["ms"])
+    print("| layer | " + " | ".join(f"{mode} | vs fp32" for mode in modes) + " |")
+    for name in result["ms"]["no gradient"]:
+        print(f"| {name} | " + " | ".join(f"{result['ms'][mode][name]:.2f} ms | "
+                                         f"{result['speed_vs_fp32'][mode][name]:.2f}x" for mode in modes) + " |")
+    return 0
+
+
+def run_shared(args: argparse.Namespace, out: Path) -> int:
+    """AUC against bytes of the shared and compressed tables (MovieLens, or 1e6-id synthetic data)."""
+    if args.data == "lookups":
+        return run_shared_lookups(args, out)
+    synthetic = args.data == "synthetic"
+    results = shared_benchmark(SYNTHETIC_DATA if synthetic else None, SYNTHETIC_RUNS if synthetic else None)
+    stem = "shared_synthetic" if synthetic else "shared"
+    (out / f"{stem}.json").write_text(json.dumps(results, indent=2))
+    data_name = "synthetic Zipf, 4 fields x 1e6 ids" if synthetic else "MovieLens-100K"
+    plot_pareto(results, out / f"{stem}.png", f"{data_name}, DeepFM: AUC against table memory")
+    for r in results:
+        print(f"| {r['name']} | {r['test_auc']:.4f} | {r['auc_delta']:+.4f} | {r['held_bytes']:,} | "
+              f"{r['bytes_ratio']:.1f}x |")
+    return 0
+
+
+def run_lookups(args: argparse.Namespace, out: Path) -> int:
+    """Per-id and pooled lookups of every format, bags and their training steps."""
+    from tools import bench_lookups
+
+    results, training, bandwidth = bench_lookups.main_lookups(args.rows, args.repeats, args.threads)
+    for result in results:
+        result["settings"].update(threads=args.threads, malloc=MALLOC)
+    (out / "lookups.json").write_text(json.dumps({"copy_gb_per_s": bandwidth, "results": results,
+                                                  "quantized_training_steps": training}, indent=2))
+    table = bench_lookups.markdown(results, training, bandwidth)
+    (out / "lookups.md").write_text(table + "\n")
+    print(table)
+    return 0
+
+
+def run_to_static(args: argparse.Namespace, out: Path) -> int:
+    """Training examples/s with train.to_static beside dynamic graph."""
+    result = to_static_benchmark(args.repeats)
+    result["settings"].update(threads=args.threads, malloc=MALLOC)
+    (out / "to_static.json").write_text(json.dumps(result, indent=2))
+    for name, value in result["examples_per_second"].items():
+        print(f"| {name} | {value:,.0f} examples/s | test AUC {result['test_auc'][name]:.4f} |")
+    print(f"to_static / dygraph: {result['to_static_vs_dygraph']:.2f}x")
+    return 0
+
+
+def run_monitor(args: argparse.Namespace, out: Path) -> int:
+    """Cost of VisualDL monitoring on the MovieLens training loop."""
+    print(f"monitor overhead: MovieLens-100K, 1 epoch x {args.repeats}, {args.threads} threads, {MALLOC}")
+    result = monitor_benchmark(args.repeats)
+    (out / "monitor.json").write_text(json.dumps(result, indent=2))
+    print("| monitoring | epoch | end to end | training thread in hooks | worker thread CPU |")
+    for name, pct in result["overhead_pct"].items():
+        print(f"| {name} | {result['median_seconds'][name]:.2f} s | {pct:+.1f}% | "
+              f"{result['median_monitor_seconds'][name]:.3f} s ({result['monitor_share_pct'][name]:.1f}%) | "
+              f"{result['median_worker_cpu_seconds'][name]:.3f} s ({result['worker_share_pct'][name]:.1f}%) |")
+    return 0
+
+
+def run_cache(args: argparse.Namespace, out: Path) -> int:
+    """Cache hit rates against Belady, step time against a resident table."""
+    return cache_benchmark(args.quick, args.skip_hit_rates, args.threads, out)
+
+
+def run_ps(args: argparse.Namespace, out: Path) -> int:
+    """Parameter servers: examples/s with 1 and 2 trainers, bytes pushed per step."""
+    from tools import bench_ps
+
+    result = bench_ps.ps_benchmark()
+    (out / "ps.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def run_text(args: argparse.Namespace, out: Path) -> int:
+    """Char+word fusions: sentiment accuracy (all / OOV subset), tokenising speed."""
+    from tools import bench_text
+
+    print(f"char+word: {bench_text.CONFIG.name}, seeds {args.seeds}, {args.threads} threads", flush=True)
+    result = {"accuracy": bench_text.accuracy_benchmark(args.seeds, args.epochs),
+              "throughput": bench_text.throughput_benchmark()}
+    (out / "text.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
+    table = bench_text.markdown(result["accuracy"], result["throughput"])
+    (out / "text.md").write_text(table + "\n")
+    print(table)
+    return 0
+
+
+def run_quantized(args: argparse.Namespace, out: Path) -> int:
+    """Quantized tables: AUC, bytes and lookup speed against fp32."""
+    rows = 100_000 if args.quick else 1_000_000
+    print(f"lookups: {rows} x 64 table, 4096 x 26 Zipf(1.05) ids, {args.threads} threads, {MALLOC}", flush=True)
+    lookup = lookup_benchmark(rows, 64, 4096, 26, 1.05, 5 if args.quick else args.repeats)
+    lookup["settings"]["threads"] = args.threads
+    if args.lookups_only:
+        quality = json.loads((out / "quantized.json").read_text())["quality"]
+    else:
+        print("quality: MovieLens-100K, configs/movielens_dense.yaml with each embedding", flush=True)
+        quality = quality_benchmark(args.quick, 1 if args.quick else None)
+    (out / "quantized.json").write_text(json.dumps({"lookup": lookup, "quality": quality}, indent=2))
+    table = markdown(lookup, quality)
+    (out / "quantized.md").write_text(table + "\n")
+    plot(lookup, quality, out / "quantized.png")
+    print(table)
+    print(f"wrote {out / 'quantized.json'}, {out / 'quantized.md'}, {out / 'quantized.png'}")
+    return 0
+
+
+RUNNERS = {"quantized": run_quantized, "shared": run_shared, "monitor": run_monitor, "cache": run_cache, "text": run_text, "lookups": run_lookups, "to_static": run_to_static, "ps": run_ps}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
@@ -471,93 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.what == "shared" and args.data == "lookups":
-        result = shared_lookup_benchmark(1_000_000, 64, 4096, 26, 1.05, 15, args.threads)
-        (out / "shared_lookups.json").write_text(json.dumps(result, indent=2))
-        print(f"fused kernels: {result['settings']['fused_kernels']}")
-        modes = list(result["ms"])
-        print("| layer | " + " | ".join(f"{mode} | vs fp32" for mode in modes) + " |")
-        for name in result["ms"]["no gradient"]:
-            print(f"| {name} | " + " | ".join(f"{result['ms'][mode][name]:.2f} ms | "
-                                             f"{result['speed_vs_fp32'][mode][name]:.2f}x" for mode in modes) + " |")
-        return 0
-    if args.what == "shared":
-        synthetic = args.data == "synthetic"
-        results = shared_benchmark(SYNTHETIC_DATA if synthetic else None, SYNTHETIC_RUNS if synthetic else None)
-        stem = "shared_synthetic" if synthetic else "shared"
-        (out / f"{stem}.json").write_text(json.dumps(results, indent=2))
-        data_name = "synthetic Zipf, 4 fields x 1e6 ids" if synthetic else "MovieLens-100K"
-        plot_pareto(results, out / f"{stem}.png", f"{data_name}, DeepFM: AUC against table memory")
-        for r in results:
-            print(f"| {r['name']} | {r['test_auc']:.4f} | {r['auc_delta']:+.4f} | {r['held_bytes']:,} | "
-                  f"{r['bytes_ratio']:.1f}x |")
-        return 0
-    if args.what == "lookups":
-        from tools import bench_lookups
-
-        results, training, bandwidth = bench_lookups.main_lookups(args.rows, args.repeats, args.threads)
-        for result in results:
-            result["settings"].update(threads=args.threads, malloc=MALLOC)
-        (out / "lookups.json").write_text(json.dumps({"copy_gb_per_s": bandwidth, "results": results,
-                                                      "quantized_training_steps": training}, indent=2))
-        table = bench_lookups.markdown(results, training, bandwidth)
-        (out / "lookups.md").write_text(table + "\n")
-        print(table)
-        return 0
-    if args.what == "to_static":
-        result = to_static_benchmark(args.repeats)
-        result["settings"].update(threads=args.threads, malloc=MALLOC)
-        (out / "to_static.json").write_text(json.dumps(result, indent=2))
-        for name, value in result["examples_per_second"].items():
-            print(f"| {name} | {value:,.0f} examples/s | test AUC {result['test_auc'][name]:.4f} |")
-        print(f"to_static / dygraph: {result['to_static_vs_dygraph']:.2f}x")
-        return 0
-    if args.what == "monitor":
-        print(f"monitor overhead: MovieLens-100K, 1 epoch x {args.repeats}, {args.threads} threads, {MALLOC}")
-        result = monitor_benchmark(args.repeats)
-        (out / "monitor.json").write_text(json.dumps(result, indent=2))
-        print("| monitoring | epoch | end to end | training thread in hooks | worker thread CPU |")
-        for name, pct in result["overhead_pct"].items():
-            print(f"| {name} | {result['median_seconds'][name]:.2f} s | {pct:+.1f}% | "
-                  f"{result['median_monitor_seconds'][name]:.3f} s ({result['monitor_share_pct'][name]:.1f}%) | "
-                  f"{result['median_worker_cpu_seconds'][name]:.3f} s ({result['worker_share_pct'][name]:.1f}%) |")
-        return 0
-    if args.what == "cache":
-        return cache_benchmark(args.quick, args.skip_hit_rates, args.threads, out)
-    if args.what == "ps":
-        from tools import bench_ps
-
-        result = bench_ps.ps_benchmark()
-        (out / "ps.json").write_text(json.dumps(result, indent=2))
-        print(json.dumps(result, indent=2))
-        return 0
-    if args.what == "text":
-        from tools import bench_text
-
-        print(f"char+word: {bench_text.CONFIG.name}, seeds {args.seeds}, {args.threads} threads", flush=True)
-        result = {"accuracy": bench_text.accuracy_benchmark(args.seeds, args.epochs),
-                  "throughput": bench_text.throughput_benchmark()}
-        (out / "text.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
-        table = bench_text.markdown(result["accuracy"], result["throughput"])
-        (out / "text.md").write_text(table + "\n")
-        print(table)
-        return 0
-    rows = 100_000 if args.quick else 1_000_000
-    print(f"lookups: {rows} x 64 table, 4096 x 26 Zipf(1.05) ids, {args.threads} threads, {MALLOC}", flush=True)
-    lookup = lookup_benchmark(rows, 64, 4096, 26, 1.05, 5 if args.quick else args.repeats)
-    lookup["settings"]["threads"] = args.threads
-    if args.lookups_only:
-        quality = json.loads((out / "quantized.json").read_text())["quality"]
-    else:
-        print("quality: MovieLens-100K, configs/movielens_dense.yaml with each embedding", flush=True)
-        quality = quality_benchmark(args.quick, 1 if args.quick else None)
-    (out / "quantized.json").write_text(json.dumps({"lookup": lookup, "quality": quality}, indent=2))
-    table = markdown(lookup, quality)
-    (out / "quantized.md").write_text(table + "\n")
-    plot(lookup, quality, out / "quantized.png")
-    print(table)
-    print(f"wrote {out / 'quantized.json'}, {out / 'quantized.md'}, {out / 'quantized.png'}")
-    return 0
+    return RUNNERS[args.what](args, out)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from tools._cli import experiment_parser, fail_cleanly  # noqa: E402
 
 def unfinished(log_dir: Path) -> list[str]:
     """'trainer 1 (<log>): <last line>' for every process log without the normal end line."""
-    from paddle_edo.distributed.ps import FINISHED
+    from paddle_edo.distributed.processes import FINISHED
 
     found = []
     for log in sorted(log_dir.glob("*log.*")):

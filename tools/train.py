@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         for key in sorted(k for k in results if k.startswith("test_") and k.endswith("_rmse")):
             print(f"test {key[len('test_'):-len('_rmse')]} rmse {results[key]:.4f}")
         if config["distributed"]["mode"] == "collective":
-            from paddle_edo.distributed.ps import FINISHED
+            from paddle_edo.distributed.processes import FINISHED
 
             print(f"{FINISHED} trainer {engine.rank}", flush=True)
     return 0

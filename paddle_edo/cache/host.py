@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -21,13 +22,13 @@ class HostStore:
 
     ``kind="mmap"`` keeps the array in a file (``path``, with its layout in ``path.json``), so a table
     larger than RAM pages in and out as rows are read and written. An existing file of the right
-    size is reopened as it is (its rows are the table) when ``reopen``, else given fresh values; one of
-    another size is refused.
+    size is reopened as it is (its rows are the table) when ``reopen``, else given fresh values (a normal
+    of std ``init_std``, or ``fill(rows, dim)`` chunk by chunk); one of another size is refused.
     """
 
     def __init__(self, rows: int, dim: int, kind: str = "memory", path: str | Path | None = None,
                  init_std: float = 0.01, seed: int = 0, zero_row: int | None = None, reopen: bool = True,
-                 owner: str = "HostStore") -> None:
+                 owner: str = "HostStore", fill: Callable[[int, int], np.ndarray] | None = None) -> None:
         if kind not in HOST_KINDS:
             raise EdoValueError(f"{owner}: host = {kind!r}; expected one of {', '.join(map(repr, HOST_KINDS))}")
         if kind == "mmap" and not path:
@@ -42,7 +43,8 @@ class HostStore:
         self.array = self._allocate(len(self.names))
         rng = np.random.default_rng(seed)
         for start, stop in self._chunks():
-            self.array[start:stop, 0] = rng.normal(0.0, init_std, size=(stop - start, dim)).astype(np.float32)
+            rows = fill(stop - start, dim) if fill else rng.normal(0.0, init_std, size=(stop - start, dim))
+            self.array[start:stop, 0] = rows.astype(np.float32)
         if zero_row is not None:
             self.array[zero_row] = 0.0
         self._save_layout()

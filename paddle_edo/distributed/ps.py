@@ -13,66 +13,30 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import paddle
-import paddle.nn.functional as F
 
-from ..checkpoint import CheckpointError, check_finite, save_checkpoint
-from ..config import checkpoint_difference, checkpoint_sections
+from ..checkpoint import check_finite, checkpoint_sections, save_checkpoint
 from ..data import CTRBatches, load_dataset
-from ..errors import EdoRuntimeError
-from ..metrics import accuracy, auc, logloss
 from ..models import build_model
+from ..models.optimizers import create_optimizer
 from ..monitor import SparseGradMonitor, monitors_from_config
 from ..monitor.row_gradients import RowGradients
-from ..nn.ps_table import PSEmbedding
+from ..nn import DenseEmbedding, PSEmbedding, swap_sublayers
 from ..schema import ConfigError
 from .admission import RULES as ADMISSION_RULES
 from .admission import FeatureAdmission, joined
+from .options import SGD_RULES, check_ps_config
+from .processes import FINISHED, check_listenable, exit_after
+from .ps_checkpoint import PSCheckpoints
+from .ps_export import dense_state, pulled_tables
 
 logger = logging.getLogger("paddle_edo")
 
-SGD_RULES = {"adam": ("SparseAdamSGDRule", "adam"), "adagrad": ("SparseAdaGradSGDRule", "adagrad"),
-             "sgd": ("SparseNaiveSGDRule", "naive")}
-EXPORT_CHUNK = 8192
-PS_EMBEDDINGS = ("dense", "hash", "qr")
-
-
-def check_ps_config(config: dict[str, Any]) -> None:
-    distributed = config["distributed"]
-    if distributed["ps_mode"] == "sync":
-        raise ConfigError("distributed.ps_mode = 'sync' is refused: on Paddle 2.6.2 synchronous parameter-server "
-                          "training segfaults in SendBarrierOp on its first step; use 'async' or 'geo', or "
-                          "distributed.mode = 'collective' for synchronous data-parallel training")
-    if distributed["entry"] in ADMISSION_RULES:  # applied by the trainers: the 2.6.2 servers ignore entries
-        if config["embedding"]["type"] != "dense":
-            raise ConfigError(f"distributed.entry = {distributed['entry']!r} needs embedding.type = 'dense', not "
-                              f"{config['embedding']['type']!r}: with hash or qr, ids share rows anyway")
-    if config["embedding"]["type"] not in PS_EMBEDDINGS:
-        raise ConfigError(f"embedding.type = {config['embedding']['type']!r} cannot be used with distributed.mode = "
-                          f"'ps'; expected one of {', '.join(map(repr, PS_EMBEDDINGS))} (the servers hold plain "
-                          f"tables; hash and qr map ids to their rows before the lookup)")
-    if config["train"]["optimizer"] not in SGD_RULES:
-        raise ConfigError(f"train.optimizer = {config['train']['optimizer']!r} has no parameter-server rule; "
-                          f"expected one of {', '.join(map(repr, SGD_RULES))}")
-    if config["train"]["amp"]["enable"]:
-        raise ConfigError("train.amp.enable = true is not supported with distributed.mode = 'ps'")
-    if config["model"]["name"] != "deepfm":
-        raise ConfigError(f"model.name = {config['model']['name']!r} is not supported with distributed.mode = "
-                          f"'ps'; parameter-server jobs train 'deepfm'")
-    core = paddle.base.core
-    if not (core.is_compiled_with_distribute() and hasattr(core, "DistFleetWrapper")):
-        raise ConfigError(f"distributed.mode = 'ps' needs a Paddle build with parameter-server support; this "
-                          f"paddle {paddle.__version__} has none (the 3.x CPU wheels on PyPI lack it): install "
-                          f"paddlepaddle==2.6.2")
 
 
 def strategy_from_config(config: dict[str, Any], table_names: list[str]):
@@ -116,7 +80,7 @@ class PSJob:
         # each trainer logs its own VisualDL run; an unwritable folder fails here, before any training
         self.monitor: SparseGradMonitor | None = None if fleet.is_server() else next(
             iter(monitors_from_config(config, run=f"trainer{fleet.worker_index()}", memory=False)), None)
-        _exit_after(config["distributed"]["timeout_s"], f"{self.role} passed distributed.timeout_s = "
+        exit_after(config["distributed"]["timeout_s"], f"{self.role} passed distributed.timeout_s = "
                     f"{config['distributed']['timeout_s']} s")
         paddle.seed(config["train"]["seed"])
         self.splits = load_dataset(config["data"])
@@ -129,6 +93,7 @@ class PSJob:
                                          fleet.worker_index())
         self.served: dict[str, np.ndarray] | None = None  # ids some trainer admitted (trainer 0, at the end)
         self.geo = distributed["ps_mode"] == "geo"
+        self.checkpoints = PSCheckpoints(config, fleet, self.role, self.admission)
         self._build()
 
     def _build(self) -> None:
@@ -142,16 +107,14 @@ class PSJob:
         else:  # id compression (hash, qr): the layers map ids to rows; their inner tables go to the servers
             self.model = build_model(self.fields, self.config)
             _tables_to_servers(self.model, table_options)
-        self.inputs = [paddle.static.data(f.name, [None, f.max_len] if f.multi_valued else [None], "int64")
-                       for f in self.fields]
+        self.inputs = [paddle.static.data(spec.name, spec.shape, spec.dtype) for spec in self.model.input_specs()]
         self.label = paddle.static.data("label", [None], "float32")
         self.logit = self.model(self.inputs)
-        self.loss = F.binary_cross_entropy_with_logits(self.logit, self.label)
+        self.loss = self.model.create_loss(self.logit, {"label": self.label})
         self.tables = {name: layer for name, layer in self.model.named_sublayers() if isinstance(layer, PSEmbedding)}
         strategy = strategy_from_config(self.config, [f"ps_{t.full_name()}" for t in self.tables.values()])
         train = self.config["train"]
-        optimizer = {"adam": paddle.optimizer.Adam, "adagrad": paddle.optimizer.Adagrad,
-                     "sgd": paddle.optimizer.SGD}[train["optimizer"]](train["learning_rate"])
+        optimizer = create_optimizer(train)
         # no program_guard: minimize switches the default programs to the rewritten ones
         self.fleet.distributed_optimizer(optimizer, strategy).minimize(self.loss)
         self.monitor_fetches: dict[str, tuple] = {}
@@ -176,11 +139,11 @@ class PSJob:
         exe = paddle.static.Executor(paddle.CPUPlace())
         exe.run(paddle.static.default_startup_program())
         rank, trainers = fleet.worker_index(), fleet.worker_num()
-        resumed = self._checkpoint_to_resume()
+        resumed = self.checkpoints.to_resume()
         if resumed is not None and self.geo:  # before init_worker, which starts the servers from trainer 0's tables
-            self._load_trainer_state(resumed[0])
+            self.checkpoints.load_trainer_state(resumed[0])
         seconds = self.config["distributed"]["init_timeout_s"]
-        stalled = _exit_after(seconds, f"{self.role}: fleet.init_worker() did not return within "
+        stalled = exit_after(seconds, f"{self.role}: fleet.init_worker() did not return within "
                                        f"distributed.init_timeout_s = {seconds} s (stalled in Paddle's start-up "
                                        f"barriers; start the job again)")
         fleet.init_worker()
@@ -198,7 +161,7 @@ class PSJob:
         every = self.config["distributed"]["pull_dense_every"]
         first_epoch, history = 0, []
         if resumed is not None:
-            first_epoch, history = self._resume(*resumed, pull_dense)
+            first_epoch, history = self.checkpoints.resume(*resumed, pull_dense)
         step, start = 0, time.perf_counter()
         self._attach_monitor()
         for epoch in range(first_epoch, train["epochs"]):
@@ -220,7 +183,7 @@ class PSJob:
             check_finite(history[-1], f"{self.role}, epoch {epoch + 1}")
             if self.monitor is not None:
                 self.monitor.log_never_updated(step)
-            self._save(exe, epoch + 1, history)
+            self.checkpoints.save(exe, epoch + 1, history)
         if self.monitor is not None:
             self.monitor.writer.close()
         seconds = time.perf_counter() - start
@@ -266,96 +229,6 @@ class PSJob:
         lookups = {t: batch[f] for t, f in self.monitor.table_fields.items()}
         self.monitor.step(self.model, step, lookups, gradients)
 
-    # ------------------------------------------------------------ checkpoints
-    @property
-    def checkpoint_dir(self) -> Path:
-        return self.output_dir / "ps_checkpoint"
-
-    def _save(self, exe, epochs_done: int, history: list[float]) -> None:
-        """After an epoch: the servers' tables (sparse and dense, with optimizer state; every trainer calls the
-        save, a barrier is inside), and each trainer's own state (geo: its copies of the tables and dense
-        parameters with its optimizer state; its admitted ids), into a fresh folder renamed over the last one."""
-        rank = self.fleet.worker_index()
-        fresh = self.checkpoint_dir.with_name(self.checkpoint_dir.name + ".tmp")
-        self.fleet.save_persistables(exe, str(fresh))
-        fresh.mkdir(parents=True, exist_ok=True)
-        if self.geo:
-            np.savez(fresh / f"trainer{rank}.npz", **self._trainer_state())
-        if self.admission is not None:
-            self.admission.save(fresh / f"admission.trainer{rank}.npz")
-        self.fleet.barrier_worker()  # every trainer's files are written
-        if rank == 0:
-            state = {"epoch": epochs_done, "history": history, "config": checkpoint_sections(self.config),
-                     "job": self._job_settings()}
-            (fresh / "state.json").write_text(json.dumps(state))
-            old = self.checkpoint_dir.with_name(self.checkpoint_dir.name + ".old")
-            if self.checkpoint_dir.exists():
-                os.replace(self.checkpoint_dir, old)
-            os.replace(fresh, self.checkpoint_dir)
-            if old.exists():
-                shutil.rmtree(old)
-        self.fleet.barrier_worker()
-
-    def _job_settings(self) -> dict[str, Any]:
-        """What a resumed job must share with the one that saved: its mode, trainers and admission rule."""
-        distributed = self.config["distributed"]
-        return {"ps_mode": distributed["ps_mode"], "trainers": self.fleet.worker_num(), "entry": distributed["entry"]}
-
-    def _checkpoint_to_resume(self) -> tuple[Path, dict[str, Any]] | None:
-        """With train.resume: the last epoch checkpoint's folder and state, checked against this job."""
-        if self.config["train"]["resume"] is False:
-            return None
-        folder = self.checkpoint_dir
-        if not (folder / "state.json").is_file() and (folder.with_name(folder.name + ".old") / "state.json").is_file():
-            folder = folder.with_name(folder.name + ".old")  # interrupted between the two renames
-        if not (folder / "state.json").is_file():
-            logger.info("%s: train.resume: no parameter-server checkpoint in %s yet; starting afresh", self.role,
-                        self.checkpoint_dir)
-            return None
-        state = json.loads((folder / "state.json").read_text())
-        diff = checkpoint_difference(state["config"], self.config)
-        if diff is not None:
-            raise CheckpointError(f"{folder} was made with another {diff.split('.')[0]} config ({diff}); resume "
-                                  f"it with the config it was trained with")
-        saved = {"ps_mode": "async", "trainers": self.fleet.worker_num(), "entry": "none", **state.get("job", {})}
-        for key, now in self._job_settings().items():  # checkpoints from before "job" existed: async, no entry
-            if saved[key] != now:
-                name = "the number of trainers" if key == "trainers" else f"distributed.{key}"
-                raise CheckpointError(f"{folder} was made by a job whose {name} was {saved[key]!r}, now {now!r}; "
-                                      f"resume it with the same setting")
-        return folder, state
-
-    def _resume(self, folder: Path, state: dict[str, Any], pull_dense) -> tuple[int, list[float]]:
-        """Continue from an epoch checkpoint: async loads the servers' tables (geo trainers loaded their
-        own state before init_worker); each trainer takes back its admitted ids. (first epoch, losses)"""
-        if not self.geo:
-            self.fleet.load_model(str(folder), mode=0)  # trainer 0 loads every table on the servers
-            pull_dense()
-        if self.admission is not None:
-            self.admission.load(folder / f"admission.trainer{self.fleet.worker_index()}.npz")
-        logger.info("%s: resumed from %s after epoch %d", self.role, folder, state["epoch"])
-        return state["epoch"], list(state["history"])
-
-    def _trainer_state(self) -> dict[str, np.ndarray]:
-        """This trainer's persistable variables: in geo mode its copies of the tables and the dense
-        parameters, with its optimizer's accumulators."""
-        scope, state = paddle.static.global_scope(), {}
-        for var in paddle.static.default_main_program().list_vars():
-            found = scope.find_var(var.name) if var.persistable else None
-            if found is not None and var.type == paddle.base.core.VarDesc.VarType.LOD_TENSOR \
-                    and found.get_tensor()._is_initialized():
-                state[var.name] = np.array(found.get_tensor())
-        return state
-
-    def _load_trainer_state(self, folder: Path) -> None:
-        """Put this trainer's saved variables back into its scope. In geo mode init_worker then starts the
-        servers from trainer 0's tables and dense parameters, and the other trainers take them from there,
-        as at any geo start; each trainer keeps its own optimizer state."""
-        scope = paddle.static.global_scope()
-        with np.load(folder / f"trainer{self.fleet.worker_index()}.npz") as saved:
-            for name in saved.files:
-                scope.find_var(name).get_tensor().set(saved[name], paddle.CPUPlace())
-
     def _feed(self, batch: dict[str, Any], admit: bool = False) -> dict[str, np.ndarray]:
         """The batch as fed: with feature admission, training batches pass through this trainer's
         admission, and evaluation looks up ids no trainer admitted as id 0."""
@@ -380,9 +253,8 @@ class PSJob:
         logits = np.concatenate([exe.run(forward, feed=self._feed(b), fetch_list=[self.logit])[0]
                                  for b in CTRBatches(test, 8192, shuffle=False)])
         probabilities = 1.0 / (1.0 + np.exp(-logits))
-        results = {"test_auc": auc(test.labels, probabilities), "test_logloss": logloss(test.labels, probabilities),
-                   "test_accuracy": accuracy(test.labels, probabilities)}
-        state = {**self._dense_state(exe), **self._pulled_tables(exe)}
+        results = {f"test_{k}": v for k, v in self.model.create_metrics(test.labels, probabilities).items()}
+        state = {**dense_state(exe, self.model), **pulled_tables(exe, self.model, self.fields, self.served)}
         save_checkpoint({"model": state, "optimizer": {},
                          "epoch": self.config["train"]["epochs"], "step_in_epoch": 0, "global_step": 0,
                          "history": [{"loss": loss} for loss in history],
@@ -391,100 +263,15 @@ class PSJob:
         (self.output_dir / "results.json").write_text(json.dumps(results, indent=2))
         return results
 
-    def _dense_state(self, exe) -> dict[str, np.ndarray]:
-        """Dense parameters from the scope (pulled from the servers) and the layers' constants (hash
-        coefficients), computed by the program."""
-        scope = paddle.static.global_scope()
-        state = {key: np.array(scope.find_var(var.name).get_tensor()) for key, var in self.model.state_dict().items()}
-        main = paddle.static.default_main_program()
-        for layer_name, layer in self.model.named_sublayers():
-            for name, var in layer.__dict__.get("static_constants", {}).items():
-                state[f"{layer_name}.{name}"] = exe.run(main._prune(targets=[var]), feed={}, fetch_list=[var])[0]
-        return state
-
-    def _pulled_tables(self, exe) -> dict[str, np.ndarray]:
-        """Every row of every table, looked up through the servers by feeding row ids straight to each
-        table's lookup (ids no trainer ever looked up come back as zeros, as the servers serve them)."""
-        out = {}
-        main = paddle.static.default_main_program()
-        fields = [f.name for f in self.fields]
-        for name, table in self.tables.items():
-            # the servers' lookups are fused into one op that reads every table's ids: the fields get
-            # padding, this table its row ids
-            program = main._prune_with_input([*fields, table.ids.name], [table.output])
-            rows = []
-            for begin in range(0, table.num_embeddings, EXPORT_CHUNK):
-                ids = np.arange(begin, min(begin + EXPORT_CHUNK, table.num_embeddings), dtype=np.int64)
-                feed = {f.name: np.zeros((1, f.max_len) if f.multi_valued else (1,), np.int64) for f in self.fields}
-                feed[table.ids.name] = ids[:, None]
-                rows.append(exe.run(program, feed=feed, fetch_list=[table.output])[0])
-            weight = np.concatenate(rows).astype(np.float32)
-            if table.padding_idx is not None:
-                weight[table.padding_idx] = 0.0
-            field = self.model.table_fields().get(name)
-            if self.served is not None and field in self.served:  # served as id 0, like the evaluation
-                weight[~self.served[field]] = weight[0]
-            out[f"{name}.weight"] = weight
-        return out
-
-
 def _tables_to_servers(model: paddle.nn.Layer, table_options: dict[str, Any]) -> None:
     """Swap every DenseEmbedding under ``model`` for a PSEmbedding of its shape, before the graph is built."""
-    from ..nn.dense import DenseEmbedding
+    def on_servers(name: str, layer: paddle.nn.Layer) -> PSEmbedding | None:
+        if isinstance(layer, DenseEmbedding):
+            return PSEmbedding(layer.num_embeddings, layer.embedding_dim, padding_idx=layer.padding_idx,
+                               **table_options)
+        return None
 
-    for _, parent in list(model.named_sublayers(include_self=True)):
-        for key, child in list(parent._sub_layers.items()):
-            if isinstance(child, DenseEmbedding):
-                parent._sub_layers[key] = PSEmbedding(child.num_embeddings, child.embedding_dim, child.padding_idx,
-                                                      **table_options)
-
-
-class _Watchdog:
-    """A process that, after ``seconds`` unless cancelled, says why on this process's stdout and kills it
-    (which fails the launcher's job). A process, not a timer thread: a trainer stalled in Paddle's C++
-    start-up barriers holds the GIL, so a thread never runs (seen: geo trainers stalled past every bound
-    while another process kept a core busy). It ends by itself once this process is gone."""
-
-    _CODE = ("import os, signal, sys, time\n"
-             "parent, seconds, reason = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]\n"
-             "time.sleep(seconds)\n"
-             "if os.getppid() == parent:\n"
-             "    print(f'paddle_edo: {reason}; exiting', flush=True)\n"
-             "    os.kill(parent, signal.SIGKILL)\n")
-
-    def __init__(self, seconds: int, reason: str) -> None:
-        self.process = subprocess.Popen([sys.executable, "-c", self._CODE, str(os.getpid()), str(seconds), reason],
-                                        stdin=subprocess.DEVNULL)
-
-    def cancel(self) -> None:
-        self.process.kill()
-        self.process.wait()
-
-
-def _exit_after(seconds: int, reason: str) -> _Watchdog:
-    """Bound this process: after ``seconds`` (unless cancelled) it is stopped, saying why."""
-    return _Watchdog(seconds, reason)
-
-
-FINISHED = "paddle_edo: finished as"  # the last line of every process that ended normally (tools/launch.py)
-
-
-class ServerStartError(EdoRuntimeError):
-    """A parameter server cannot serve on the endpoint the launcher gave it."""
-
-
-def check_listenable(endpoint: str, role: str) -> None:
-    """Refuse to start a server on a port another process holds (bound as brpc binds it). brpc would only
-    log 'Fail to listen' and return, and the trainers would wait for the server until the job's timeout;
-    a server that fails makes the launcher stop the job at once."""
-    host, port = endpoint.rsplit(":", 1)
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, int(port)))
-        except OSError as exc:
-            raise ServerStartError(f"{role}: cannot listen on {endpoint} ({exc.strerror}): another process holds "
-                                   f"the port the launcher chose; start the job again") from None
+    swap_sublayers(model, on_servers)
 
 
 def run_ps(config: dict[str, Any]) -> dict[str, float] | None:

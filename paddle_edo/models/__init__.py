@@ -1,14 +1,10 @@
-"""Reference models whose embedding tables come from the registry."""
+"""Reference models: each keeps the trainers' contract (``RecModel``) and is registered under a
+``model.name``; their tables come from the embedding registry."""
+from .base import RecModel
+from .registry import MODELS, build_model, model_class, model_section_options, register_model
 from .ctr import DeepFM
 from .multitask import ClickAndRating
 from .text import TextClassifier
 
-MODELS = {"deepfm": DeepFM, "text_classifier": TextClassifier, "click_and_rating": ClickAndRating}
-
-
-def build_model(fields, config, frequencies=None):
-    """The model a validated config names, for these fields (``frequencies``: id counts per field)."""
-    return MODELS[config["model"]["name"]].from_config(fields, config, frequencies)
-
-
-__all__ = ["ClickAndRating", "DeepFM", "MODELS", "TextClassifier", "build_model"]
+__all__ = ["ClickAndRating", "DeepFM", "MODELS", "RecModel", "TextClassifier", "build_model", "model_class",
+           "model_section_options", "register_model"]

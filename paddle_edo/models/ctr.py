@@ -8,37 +8,48 @@ import paddle.nn as nn
 
 from ..data.ctr import FieldSpec
 from ..errors import EdoValueError
-from ..nn.bag import pooled_lookup
-from ..nn.base import EmbeddingBase
-from ..nn.registry import build_embedding
+from ..nn import EmbeddingBase, TableSpec, pooled_lookup
+from ..schema import Option
+from .base import RecModel
 from .mlp import mlp
+from .registry import register_model
+
+POOLINGS = ("mean", "sum")
 
 
-class DeepFM(nn.Layer):
+@register_model("deepfm")
+class DeepFM(RecModel):
     """Field embeddings (multi-valued fields pooled) -> first-order + FM + MLP -> one logit per sample.
 
     ``forward`` takes a list with one id tensor per field, in field order ([batch] or
     [batch, max_len]); it exports with that list of InputSpecs.
     """
 
-    def __init__(self, fields: Sequence[FieldSpec], embedding: dict[str, Any],
+    config_options = {
+        "first_order": Option(True, bool, doc="per-id first-order weights (tables of dim 1)"),
+        "fm": Option(True, bool, doc="factorisation-machine pairwise term"),
+        "pooling": Option("mean", str, choices=POOLINGS, doc="pooling of multi-valued fields"),
+    }
+
+    def __init__(self, fields: Sequence[FieldSpec], embedding: TableSpec | dict[str, Any],
                  hidden_units: Sequence[int] = (256, 128), dropout: float = 0.0, first_order: bool = True,
                  fm: bool = True, pooling: str = "mean",
                  frequencies: dict[str, Any] | None = None) -> None:
-        super().__init__()
-        if pooling not in ("mean", "sum"):
+        super().__init__(fields)
+        if pooling not in POOLINGS:
             raise EdoValueError(f"DeepFM: pooling = {pooling!r}; expected 'mean' or 'sum'")
-        self.fields = list(fields)
+        spec = TableSpec.from_section(embedding)
         self.pooling = pooling
         self.use_fm = fm
         frequencies = frequencies or {}
-        self.embeddings = nn.LayerDict({f.name: build_embedding(embedding, f.vocab_size, 0, frequencies.get(f.name))
+        self.embeddings = nn.LayerDict({f.name: spec.build(f.vocab_size, 0, frequencies.get(f.name))
                                         for f in self.fields})
         self.first_order = None
         if first_order:
-            self.first_order = nn.LayerDict({f.name: build_embedding({**embedding, "dim": 1}, f.vocab_size, 0,
-                                                                     frequencies.get(f.name)) for f in self.fields})
-        self.mlp = mlp(embedding["dim"] * len(self.fields), hidden_units, dropout)
+            narrow = spec.with_dim(1)
+            self.first_order = nn.LayerDict({f.name: narrow.build(f.vocab_size, 0, frequencies.get(f.name))
+                                             for f in self.fields})
+        self.mlp = mlp(spec.dim * len(self.fields), hidden_units, dropout)
 
     @classmethod
     def from_config(cls, fields: Sequence[FieldSpec], config: dict[str, Any],

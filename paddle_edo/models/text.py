@@ -4,35 +4,57 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import paddle
-import paddle.nn as nn
 
 from ..data.ctr import FieldSpec
-from ..nn.char_word import CharWordEmbedding, masked_mean
+from ..nn import CharWordEmbedding, TableSpec
+from ..nn.char_word import FUSIONS, masked_mean
+from ..schema import ConfigError, Option
+from .base import RecModel
 from .mlp import mlp
+from .registry import register_model
 
 
-class TextClassifier(nn.Layer):
+@register_model("text_classifier")
+class TextClassifier(RecModel):
     """Binary sentiment (or any two-class label) from word ids [B, W] and character ids [B, W x C],
     the ``words`` and ``chars`` fields of ``paddle_edo.data.load_chnsenti``."""
 
-    def __init__(self, word_vocab_size: int, char_vocab_size: int, max_chars_per_word: int,
-                 embedding: dict[str, Any], fusion: str = "gate", hidden_units: Sequence[int] = (64,),
-                 dropout: float = 0.0, word_dropout: float = 0.0) -> None:
-        super().__init__()
-        self.max_chars_per_word = max_chars_per_word
-        table = {k: v for k, v in embedding.items() if k != "dim"}
-        self.embedding = CharWordEmbedding(word_vocab_size, char_vocab_size, embedding["dim"], fusion, table,
-                                           word_dropout)
-        self.mlp = mlp(embedding["dim"], hidden_units, dropout)
+    config_options = {
+        "fusion": Option("gate", str, choices=FUSIONS, doc="text_classifier: how word and character vectors fuse"),
+        "word_dropout": Option(0.0, float, low=0.0, high=0.95,
+                               doc="text_classifier: share of known training words treated as unknown"),
+        "pretrained": {  # a user's word2vec files (text, or binary when named .bin)
+            "words": Option(None, str, nullable=True, doc="vectors for the word table"),
+            "chars": Option(None, str, nullable=True, doc="vectors for the character table"),
+        },
+    }
+
+    def __init__(self, fields: Sequence[FieldSpec], embedding: TableSpec | dict[str, Any], fusion: str = "gate",
+                 hidden_units: Sequence[int] = (64,), dropout: float = 0.0, word_dropout: float = 0.0) -> None:
+        super().__init__(fields)
+        by_name = {f.name: f for f in self.fields}
+        if set(by_name) != {"words", "chars"}:
+            raise ConfigError(f"TextClassifier: fields {sorted(by_name)}; it reads 'words' and 'chars' "
+                              f"(paddle_edo.data.load_chnsenti)")
+        words, chars = by_name["words"], by_name["chars"]
+        self.max_chars_per_word = chars.max_len // words.max_len
+        spec = TableSpec.from_section(embedding)
+        self.embedding = CharWordEmbedding(words.vocab_size, spec.dim, fusion, num_chars=chars.vocab_size,
+                                           sparse=spec.sparse, table=spec, word_dropout=word_dropout)
+        self.mlp = mlp(spec.dim, hidden_units, dropout)
 
     @classmethod
     def from_config(cls, fields: Sequence[FieldSpec], config: dict[str, Any], frequencies: Any = None
                     ) -> "TextClassifier":
-        by_name = {f.name: f for f in fields}
-        words, chars = by_name["words"], by_name["chars"]
         model = config["model"]
-        return cls(words.vocab_size, chars.vocab_size, chars.max_len // words.max_len, config["embedding"],
-                   model["fusion"], model["hidden_units"], model["dropout"], model["word_dropout"])
+        return cls(fields, config["embedding"], model["fusion"], model["hidden_units"], model["dropout"],
+                   model["word_dropout"])
+
+    @classmethod
+    def check_config(cls, config: dict[str, Any]) -> None:
+        if config["data"]["name"] != "chnsenti":
+            raise ConfigError(f"model.name = 'text_classifier' needs text data (data.name: chnsenti), "
+                              f"not data.name = {config['data']['name']!r}")
 
     def table_fields(self) -> dict[str, str]:
         """Sublayer name of each table -> the field whose ids it looks up (for monitors)."""

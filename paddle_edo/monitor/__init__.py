@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from .memory import MemoryMonitor
-from .sparse_grad import AlertSettings, SparseGradMonitor
+from .alerts import AlertSettings
+from .sparse_grad import SparseGradMonitor
 from .writer import BufferedLogWriter, DeferredLogWriter, MonitorError, check_writable, open_log_writer
 
 

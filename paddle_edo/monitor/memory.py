@@ -4,7 +4,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..callbacks import Callback
-from ..memory import embedding_layers, memory_report
+from ..memory import memory_report
+from ..nn.base import embedding_layers
 
 
 class MemoryMonitor(Callback):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,90 +26,16 @@ import paddle
 
 from ..callbacks import Callback
 from ..errors import EdoValueError
-from ..kernels import address, c_function
-from ..memory import embedding_layers
 from ..nn.base import EmbeddingBase, table_settings
+from .alerts import AlertSettings, Alerts
 from .coverage import Coverage
-from .row_gradients import GradientSummary, RowGradientReader, RowGradients, summarize
+from .gradient_tables import GradientTable, gradient_tables, is_table
+from .row_gradients import GradientSummary, RowGradients, summarize
 from .update_ratio import SavedRows
 
 logger = logging.getLogger("paddle_edo")
 
 JOBS_IN_FLIGHT = 4              # logged steps the worker may fall behind before training waits for it
-
-
-@dataclass
-class AlertSettings:
-    nan: bool = True                 # NaN / Inf in row gradients
-    norm_factor: float = 10.0        # a max row-gradient norm above factor x its running median
-    dense_gradient: bool = True      # a table that received a dense gradient
-    coverage_patience: int = 2000    # steps without a newly updated row (while coverage < 100%)
-    norm_window: int = 50            # logged steps the running median looks back over
-
-
-@dataclass
-class _GradientTable:
-    name: str
-    outer: str                       # the embedding layer it belongs to (itself for a plain table)
-    layer: paddle.nn.Layer
-    padding_idx: int | None
-    rows: int
-    read: RowGradientReader
-    remote: bool                     # its rows live on parameter servers (no update-to-weight ratio)
-
-    @property
-    def plain(self) -> bool:
-        """The embedding layer itself (its lookups are its rows), not a composite's inner table."""
-        return self.name == self.outer
-
-
-def is_table(layer: paddle.nn.Layer) -> bool:
-    return isinstance(layer, (EmbeddingBase, paddle.nn.Embedding))
-
-
-def trains_rows(layer: paddle.nn.Layer) -> bool:
-    """A table whose rows receive gradients: a weight parameter, or rows it updates itself."""
-    return (callable(getattr(layer, "row_gradients", None)) or isinstance(getattr(layer, "weight", None), paddle.Tensor)
-            or getattr(layer, "remote_rows", False))
-
-
-def gradient_tables(model: paddle.nn.Layer) -> list[_GradientTable]:
-    """Every table with trainable rows: embedding layers themselves, or the inner tables of composites."""
-    found = []
-    for outer, layer in embedding_layers(model):
-        inner = [("", layer)] if trains_rows(layer) else [
-            (name, sub) for name, sub in layer.named_sublayers() if is_table(sub) and trains_rows(sub)]
-        for name, table in inner:
-            if any(name.startswith(other + ".") for other, _ in inner if other and other != name):
-                continue  # a table inside another table
-            full = ".".join(part for part in (outer, name) if part)
-            weight = getattr(table, "weight", None)
-            rows = weight.shape[0] if weight is not None else table.num_embeddings
-            found.append(_GradientTable(full, outer, table, table_settings(table)[0], rows, RowGradientReader(table),
-                                        bool(getattr(table, "remote_rows", False))))
-    return found
-
-
-def running_medians(tables: np.ndarray, maxima: np.ndarray, history: np.ndarray, counts: np.ndarray,
-                    least: int = 5) -> np.ndarray:
-    """The median of each table's last maxima (``history[table]``, a ring of the window's length whose
-    empty places are +inf; NaN before ``least`` maxima), before this step's ``maxima`` join the rings and
-    ``counts`` grow. Native when the kernels are at hand; numpy is the reference."""
-    medians = np.empty(len(tables))
-    kernel = c_function("edo_running_medians")
-    if kernel is not None:
-        kernel(len(tables), address(tables), address(maxima), history.shape[1], least, address(history),
-               address(counts), address(medians))
-        return medians
-    window = history.shape[1]
-    ordered = np.sort(history[tables], axis=1)   # empty places last
-    filled = np.minimum(counts[tables], window)
-    lines = np.arange(len(tables))
-    medians = (ordered[lines, np.maximum(filled - 1, 0) // 2] + ordered[lines, filled // 2]) / 2
-    medians[counts[tables] < least] = np.nan
-    history[tables, counts[tables] % window] = maxima
-    counts[tables] += 1
-    return medians
 
 
 class SparseGradMonitor(Callback):
@@ -124,21 +49,17 @@ class SparseGradMonitor(Callback):
                 raise EdoValueError(f"SparseGradMonitor: {name} = {value} must be >= 1 (histograms: 0 turns them off)")
         self.writer = writer
         self.every_n_steps = every_n_steps
-        self.alerts = alerts or AlertSettings()
+        self.alerts = Alerts(alerts or AlertSettings(), writer)
         self.histogram_every_n_steps = histogram_every_n_steps
         self.background = background
-        self.tables: list[_GradientTable] = []
+        self.tables: list[GradientTable] = []
         self.layers: dict[str, paddle.nn.Layer] = {}
         self.coverage_tracker = Coverage()
         self.id_spaces: dict[str, int] = {}
         self.lookup_ids: dict[str, np.ndarray] = {}
-        self.alert_log: list[tuple[int, str, str]] = []
         self.table_fields: dict[str, str] = {}
-        self._alerted: dict[str, set] = {}
         self._twins: dict[str, str] = {}    # table -> the table whose coverage rows it shares
         self._plans: dict[tuple[str, ...], tuple] = {}  # lookup names -> parts, covered, twins, uncovered
-        self._norm_history = np.full((0, self.alerts.norm_window), np.inf)
-        self._norm_count = np.zeros(0, dtype=np.int64)
         self._model_id: int | None = None
         self._saved: SavedRows | None = None        # rows before the optimizer step, for step_end
         self._step_figures: tuple[int, list[tuple[str, float]]] | None = None  # inline: written at step_end
@@ -162,9 +83,8 @@ class SparseGradMonitor(Callback):
         self.coverage_tracker = Coverage()
         self.id_spaces = dict(id_spaces or {})
         self.lookup_ids = dict(lookup_ids or {})
-        self._alerted, self._twins, self._plans, self._saved, self._rows_read = {}, {}, {}, None, {}
-        self._norm_history = np.full((len(self.tables), self.alerts.norm_window), np.inf)
-        self._norm_count = np.zeros(len(self.tables), dtype=np.int64)
+        self._twins, self._plans, self._saved, self._rows_read = {}, {}, None, {}
+        self.alerts.reset(len(self.tables))
 
     def on_train_begin(self, engine) -> None:
         model = engine.model
@@ -239,16 +159,16 @@ class SparseGradMonitor(Callback):
                 self._coverage_space(table.name, table.rows, table.padding_idx)
                 parts.append((table.name, grads.rows))
             if not grads.sparse:
-                self._run(self._alert, table.name, step, "dense_gradient",
+                self._run(self.alerts.raise_, table.name, step, "dense_gradient",
                           f"{table.name}: the gradient is dense ([{table.rows}, D]) where a sparse row "
-                          f"gradient was expected; build the table with sparse=True", self.alerts.dense_gradient)
+                          f"gradient was expected; build the table with sparse=True", self.alerts.settings.dense_gradient)
             if log_now:
                 read.append((index, grads))
         self.coverage_tracker.update(step, parts)
         if not log_now:
             return
         stalled = [(name, step - self.coverage_tracker.last_growth_of(name), self.coverage(name))
-                   for name in self.coverage_tracker.stalled(step, self.alerts.coverage_patience)]
+                   for name in self.coverage_tracker.stalled(step, self.alerts.settings.coverage_patience)]
         coverage = [(self._tag(name, "coverage_pct"), percent) for name, percent in self.coverage_tracker.percents()]
         local = [(index, self.tables[index], grads) for index, grads in read if not self.tables[index].remote]
         if self.background:  # save now, for every lookup, what the worker compares after the optimizer step
@@ -265,10 +185,11 @@ class SparseGradMonitor(Callback):
         """A logged step's scalars, from the rows read (on the worker, if any); alerts and histograms are
         written here."""
         for name, idle, percent in stalled:
-            self._alert(name, step, "coverage_stalled",
+            self.alerts.raise_(name, step, "coverage_stalled",
                         f"{name}: no new row updated for {idle} steps; coverage stays at {percent:.2f}%", True)
         summaries = summarize([(grads, self.tables[index].padding_idx) for index, grads in read])
-        self._check_spikes(step, [(index, s) for (index, _), s in zip(read, summaries) if s is not None])
+        self.alerts.check_spikes(step, [(index, s) for (index, _), s in zip(read, summaries) if s is not None],
+                                 [table.name for table in self.tables])
         scalars = coverage
         for (index, _), summary in zip(read, summaries):
             if summary is not None:
@@ -361,9 +282,9 @@ class SparseGradMonitor(Callback):
         padding_idx = table_settings(layer)[0]
         if name in self.id_spaces:
             return self.id_spaces[name], padding_idx
-        if getattr(layer, "takes_any_id", False):
-            return None
-        return getattr(layer, "num_embeddings", None) or layer.weight.shape[0], padding_idx
+        if isinstance(layer, EmbeddingBase):
+            return None if layer.takes_any_id else (layer.num_embeddings, padding_idx)
+        return layer.weight.shape[0], padding_idx
 
     def _coverage_space(self, name: str, rows: int | None = None, padding_idx: int | None = None) -> bool:
         """Make sure coverage tracks ``name``; False when its id space is unknown (a hashed layer's ids,
@@ -395,13 +316,13 @@ class SparseGradMonitor(Callback):
                 scalars.append((self._tag(name, "never_updated_lookup_share_pct"), share))
         self._write(scalars, step)
 
-    def _table_figures(self, table: _GradientTable, summary: GradientSummary, step: int) -> list[tuple[str, float]]:
+    def _table_figures(self, table: GradientTable, summary: GradientSummary, step: int) -> list[tuple[str, float]]:
         """One table's scalars of a logged step (its histogram and alerts are written here)."""
         name, tag = table.name, self._tag
         bad = summary.bad_rows
         if bad.size:
-            self._alert(name, step, "nan_inf", f"{name}: {bad.size} rows have NaN/Inf gradients at "
-                        f"step {step} (rows {bad[:10].tolist()})", self.alerts.nan)
+            self.alerts.raise_(name, step, "nan_inf", f"{name}: {bad.size} rows have NaN/Inf gradients at "
+                        f"step {step} (rows {bad[:10].tolist()})", self.alerts.settings.nan)
         scalars = [(tag(name, "rows_touched"), len(summary.rows)), (tag(name, "nan_inf_rows"), bad.size)]
         if summary.norms.size:
             scalars += [(tag(name, "grad_norm_mean"), summary.mean), (tag(name, "grad_norm_max"), summary.max),
@@ -418,26 +339,7 @@ class SparseGradMonitor(Callback):
             tag = self._tags[(name, figure)] = f"sparse/{name}/{figure}"
         return tag
 
-    def _check_spikes(self, step: int, found: list[tuple[int, GradientSummary]]) -> None:
-        """Alert on a max row norm above ``norm_factor`` x the median of that table's last maxima."""
-        found = [(index, s.max) for index, s in found if s.norms.size]
-        if not found:
-            return
-        medians = running_medians(np.array([index for index, _ in found], dtype=np.int64),
-                                  np.array([value for _, value in found], dtype=np.float64),
-                                  self._norm_history, self._norm_count)
-        for (index, value), median in zip(found, medians.tolist()):
-            if median > 0 and value > self.alerts.norm_factor * median:
-                name = self.tables[index].name
-                self._alert(name, step, "norm_spike", f"{name}: max row-gradient norm {value:.4g} at step "
-                            f"{step} is {value / median:.1f}x its running median {median:.4g}", True, once=False)
-
-    def _alert(self, name: str, step: int, kind: str, message: str, enabled: bool, once: bool = True) -> None:
-        alerted = self._alerted.setdefault(name, set())
-        if not enabled or (once and kind in alerted):
-            return
-        self.alert_log.append((step, kind, message))
-        self.writer.add_text(f"alerts/{name}", f"[{kind}] {message}", step)
-        if kind not in alerted:
-            logger.warning("monitor alert: %s", message)  # printed once per table and kind
-        alerted.add(kind)
+    @property
+    def alert_log(self) -> list[tuple[int, str, str]]:
+        """(step, kind, message) of every alert raised."""
+        return self.alerts.log

@@ -20,8 +20,9 @@ from ..errors import EdoTypeError, EdoValueError
 from ..kernels import fused_ops, kernels_serve
 from .base import ID_DTYPES, CompositeEmbedding, EmbeddingBase, dtype_name
 from .dedup import distinct_rows, unique_ids
-from .dense import DenseEmbedding
+from .dense import DenseEmbedding, given_or_dense_table
 from .quantized import FORMAT_NUMBERS, QuantizedEmbedding
+from .registry import register_embedding
 
 MODES = ("sum", "mean", "max")
 
@@ -186,6 +187,7 @@ def _segments(table: EmbeddingBase, ids: paddle.Tensor, offsets: paddle.Tensor, 
     return summed if mode == "sum" else summed / paddle.clip(count, min=1.0)
 
 
+@register_embedding("bag")
 class EmbeddingBag(CompositeEmbedding):
     """Pooled lookups over a table, like ``paddle.nn.Embedding`` followed by a sum, mean or max per bag.
 
@@ -196,24 +198,18 @@ class EmbeddingBag(CompositeEmbedding):
     of each bag ``[B]`` -> ``[B, embedding_dim]``; ``per_sample_weights`` (shaped like ids) weight a sum.
     """
 
+    field_table = False  # pools bags of ids; models pool their multi-valued fields with ``pooled_lookup``
+
     def __init__(self, num_embeddings: int, embedding_dim: int, mode: str = "mean", *,
                  padding_idx: int | None = None, sparse: bool = True, weight_attr: paddle.ParamAttr | None = None,
                  name: str | None = None, table: EmbeddingBase | None = None, init_std: float = 0.01) -> None:
-        super().__init__(num_embeddings, embedding_dim, padding_idx, sparse)
+        super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx, sparse=sparse, name=name)
         label = type(self).__name__
         if mode not in MODES:
             raise EdoValueError(f"{label}: mode = {mode!r}; expected one of {', '.join(map(repr, MODES))}")
-        if table is None:
-            table = DenseEmbedding(num_embeddings, embedding_dim, padding_idx=padding_idx, sparse=sparse,
-                                   init_std=init_std, weight_attr=weight_attr)
-        elif not isinstance(table, EmbeddingBase):
-            raise EdoTypeError(f"{label}: table must be a paddle_edo table, got {type(table).__name__}")
-        elif (table.num_embeddings, table.embedding_dim) != (num_embeddings, embedding_dim):
-            raise EdoValueError(f"{label}: the table takes {table.num_embeddings} ids of width "
-                                f"{table.embedding_dim}, not {num_embeddings} x {embedding_dim}")
         self.mode = mode
-        self.table = table
-        self._name = name  # as paddle.nn.Embedding keeps it
+        self.table = given_or_dense_table(label, table, num_embeddings, embedding_dim, padding_idx, sparse,
+                                          weight_attr, init_std)
 
     def check_ids(self, ids: paddle.Tensor) -> None:
         """The table checks its own ids."""

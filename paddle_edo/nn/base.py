@@ -1,6 +1,7 @@
 """What every paddle_edo embedding layer shares: id checks, sparse gradients by default, bytes held."""
 from __future__ import annotations
 
+import copy
 from typing import Any, ClassVar
 
 import numpy as np
@@ -28,6 +29,16 @@ def table_settings(layer: paddle.nn.Layer) -> tuple[int | None, bool]:
     return padding, bool(getattr(layer, "sparse", getattr(layer, "_sparse", True)))
 
 
+def part_attr(weight_attr: paddle.ParamAttr | None, part: str) -> paddle.ParamAttr | None:
+    """The ParamAttr of one inner table of a composite layer: the user's, with ``.<part>`` added to its
+    name when it has one (two parameters may not share a name)."""
+    if weight_attr is None or not weight_attr.name:
+        return weight_attr
+    attr = copy.copy(weight_attr)
+    attr.name = f"{weight_attr.name}.{part}"
+    return attr
+
+
 class EmbeddingBase(paddle.nn.Layer):
     """Base of every embedding layer in paddle_edo.
 
@@ -37,26 +48,33 @@ class EmbeddingBase(paddle.nn.Layer):
 
     registry_name: ClassVar[str] = ""
     config_options: ClassVar[dict[str, Option]] = {}
+    # capabilities: what configs, trainers and monitors may ask of a table type
+    field_table: ClassVar[bool] = True         # serves one id field, built from an ``embedding`` config
+    needs_frequencies: ClassVar[bool] = False  # built from the training frequencies of its ids
+    takes_any_id: ClassVar[bool] = False       # any int64 is an id: no vocabulary, no range check
+    remote_rows: ClassVar[bool] = False        # its rows live on parameter servers, not in the layer
     packed: bool = True  # False: trains in a full form that pack() turns into the compact one
     report_note: str = ""  # why the table is as it is, when a config asked for something else (memory report)
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
-                 sparse: bool = True, check_ids: bool = True) -> None:
-        super().__init__()
-        name = type(self).__name__
+    def __init__(self, num_embeddings: int, embedding_dim: int, *, padding_idx: int | None = None,
+                 sparse: bool = True, name: str | None = None, range_check: bool = True) -> None:
+        super().__init__(name_scope=name)
+        label = type(self).__name__
         for arg, value in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise EdoValueError(f"{name}: {arg} = {value!r} must be an integer >= 1")
+                raise EdoValueError(f"{label}: {arg} = {value!r} must be an integer >= 1")
         if padding_idx is not None:
+            if isinstance(padding_idx, bool) or not isinstance(padding_idx, (int, np.integer)):
+                raise EdoTypeError(f"{label}: padding_idx = {padding_idx!r} must be an integer or None")
             if not -num_embeddings <= padding_idx < num_embeddings:
-                raise EdoValueError(f"{name}: padding_idx = {padding_idx} must be in "
+                raise EdoValueError(f"{label}: padding_idx = {padding_idx} must be in "
                                     f"[{-num_embeddings}, {num_embeddings}) or None")
-            padding_idx = padding_idx % num_embeddings
+            padding_idx = int(padding_idx) % num_embeddings
         self.num_embeddings = int(num_embeddings)
         self.embedding_dim = int(embedding_dim)
         self.padding_idx = padding_idx
         self.sparse = bool(sparse)
-        self.check_ids_enabled = bool(check_ids)
+        self.range_check = bool(range_check)
 
     @classmethod
     def from_config(cls, num_embeddings: int, options: dict[str, Any], padding_idx: int | None = None
@@ -64,6 +82,17 @@ class EmbeddingBase(paddle.nn.Layer):
         """Build from a validated ``embedding`` config section (type and dim already read)."""
         kwargs = {k: options[k] for k in cls.config_options}
         return cls(num_embeddings, options["dim"], padding_idx=padding_idx, sparse=options["sparse"], **kwargs)
+
+    def create_table(self, rows: int, dim: int, weight_attr: paddle.ParamAttr | None, init_std: float
+                     ) -> paddle.Tensor:
+        """An fp32 [rows, dim] parameter: ``weight_attr``'s initializer when it names one, else a normal
+        of std ``init_std``; the padding row zero."""
+        weight = self.create_parameter([rows, dim], attr=weight_attr, dtype="float32",
+                                       default_initializer=paddle.nn.initializer.Normal(0.0, init_std))
+        if self.padding_idx is not None and self.padding_idx < rows:
+            with paddle.no_grad():
+                weight[self.padding_idx] = 0.0
+        return weight
 
     def pack(self) -> "EmbeddingBase":
         """Turn a table trained in full form into its compact form (no-op for most layers)."""
@@ -107,7 +136,7 @@ class EmbeddingBase(paddle.nn.Layer):
     def check_ids(self, ids: paddle.Tensor) -> None:
         """Refuse float ids always, and ids out of [0, num_embeddings) when values are known."""
         self.check_id_dtype(ids)
-        if self.check_ids_enabled and paddle.in_dynamic_mode() and 0 not in ids.shape:
+        if self.range_check and paddle.in_dynamic_mode() and 0 not in ids.shape:
             self.check_id_range(*paddle.stack([ids.min(), ids.max()]).tolist())  # one device-to-host copy
 
     def check_id_dtype(self, ids: paddle.Tensor) -> None:
@@ -151,6 +180,17 @@ class CompositeEmbedding(EmbeddingBase):
             return vectors
         keep = (ids != self.padding_idx).astype(vectors.dtype).unsqueeze(-1)
         return vectors * keep
+
+
+def embedding_layers(model: paddle.nn.Layer) -> list[tuple[str, paddle.nn.Layer]]:
+    """paddle_edo layers and plain paddle.nn.Embedding layers, outermost only."""
+    found: list[tuple[str, paddle.nn.Layer]] = []
+    for name, layer in model.named_sublayers(include_self=True):
+        if any(name.startswith(outer + ".") or outer == "" for outer, _ in found):
+            continue
+        if isinstance(layer, (EmbeddingBase, paddle.nn.Embedding)):
+            found.append((name, layer))
+    return found
 
 
 def unpacked_tables(model: paddle.nn.Layer) -> dict[str, EmbeddingBase]:

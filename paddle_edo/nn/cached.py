@@ -5,7 +5,7 @@ import math
 import os
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import paddle
@@ -22,6 +22,8 @@ from .base import EmbeddingBase
 from .dedup import deduplicated_lookup
 from .dense import DenseEmbedding
 from .registry import register_embedding
+from .signature import accepts_old_signature
+from .swap import swap_sublayers
 
 ROW_STATE_PREFIX = "row_state_"  # state_dict keys of the per-row optimizer state, beside "weight"
 CACHEABLE_OPTIMIZERS = ("sgd", "adagrad", "adam")
@@ -71,12 +73,15 @@ class CachedEmbedding(EmbeddingBase):
                                                      "nothing while most lookups go to the host"),
     }
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, cache_rows: int | None = None,
-                 cache_ratio: float = 0.2, policy: str = "lru", host: str = "memory", path: str | Path | None = None,
-                 prefetch: bool = True, padding_idx: int | None = None, sparse: bool = True,
-                 check_ids: bool = True, init_std: float = 0.01, reopen: bool = True,
-                 deduplicate: bool = True) -> None:
-        super().__init__(num_embeddings, embedding_dim, padding_idx, sparse, check_ids)
+    @accepts_old_signature(("num_embeddings", "embedding_dim", "cache_rows", "cache_ratio", "policy", "host", "path",
+                            "prefetch", "padding_idx", "sparse", "check_ids", "init_std", "reopen", "deduplicate"))
+    def __init__(self, num_embeddings: int, embedding_dim: int, cache_rows: int | None = None, *,
+                 padding_idx: int | None = None, sparse: bool = True, weight_attr: paddle.ParamAttr | None = None,
+                 name: str | None = None, cache_ratio: float = 0.2, policy: str = "lru", host: str = "memory",
+                 path: str | Path | None = None, prefetch: bool = True, init_std: float = 0.01, reopen: bool = True,
+                 deduplicate: bool = True, range_check: bool = True) -> None:
+        super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx, sparse=sparse, name=name,
+                         range_check=range_check)
         self.deduplicate = bool(deduplicate)
         name = self.label
         if not self.sparse:
@@ -85,8 +90,10 @@ class CachedEmbedding(EmbeddingBase):
         if path is not None and host == "mmap" and (str(path).endswith(os.sep) or Path(path).is_dir()):
             path = Path(path) / f"{self.full_name()}.f32"
         seed = int(paddle.randint(0, 2**31 - 1, [1]).item())  # paddle.seed() decides the initial table
+        initializer = weight_attr.initializer if weight_attr is not None else None
         self.host = HostStore(self.num_embeddings, self.embedding_dim, host, path, init_std, seed,
-                              zero_row=self.padding_idx, reopen=reopen, owner=name)
+                              zero_row=self.padding_idx, reopen=reopen, owner=name,
+                              fill=None if initializer is None else _filled_by(initializer))
         self.cache = self.create_parameter([self.cache_rows, self.embedding_dim], dtype="float32",
                                            default_initializer=paddle.nn.initializer.Constant(0.0))
         self.slots = SlotMap(self.num_embeddings, self.cache_rows, policy, owner=name)
@@ -427,7 +434,7 @@ class CachedEmbedding(EmbeddingBase):
         """A DenseEmbedding holding the full table (for export and serving)."""
         self.flush()
         dense = DenseEmbedding(self.num_embeddings, self.embedding_dim, padding_idx=self.padding_idx,
-                               sparse=True, check_ids=self.check_ids_enabled, init_std=0.0,
+                               sparse=True, range_check=self.range_check, init_std=0.0,
                                deduplicate=self.deduplicate)
         dense.weight.set_value(np.ascontiguousarray(self.host.column("weight")))
         return dense
@@ -435,6 +442,15 @@ class CachedEmbedding(EmbeddingBase):
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, cache_rows={self.cache_rows}, policy={self.slots.policy.name}, "
                 f"host={self.host.kind}, prefetch={self.prefetcher is not None}")
+
+
+def _filled_by(initializer: paddle.nn.initializer.Initializer) -> Callable[[int, int], np.ndarray]:
+    """Host rows made by a Paddle initializer (a ``weight_attr``'s), a chunk at a time."""
+    def fill(rows: int, dim: int) -> np.ndarray:
+        chunk = paddle.zeros([rows, dim], dtype="float32")
+        initializer(chunk)
+        return chunk.numpy()
+    return fill
 
 
 def _leaf_like(parameter: paddle.Tensor, value: paddle.Tensor, name: str) -> paddle.Tensor:
@@ -501,13 +517,7 @@ def bind_optimizer(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer
 def uncache(model: paddle.nn.Layer) -> list[str]:
     """Replace every CachedEmbedding under ``model`` by the DenseEmbedding of its full table (for export);
     returns the names replaced."""
-    replaced = []
-    for parent_name, parent in list(model.named_sublayers(include_self=True)):
-        for key, child in list(parent._sub_layers.items()):
-            if isinstance(child, CachedEmbedding):
-                parent._sub_layers[key] = child.to_dense()
-                replaced.append(f"{parent_name}.{key}" if parent_name else key)
-    return replaced
+    return swap_sublayers(model, lambda name, layer: layer.to_dense() if isinstance(layer, CachedEmbedding) else None)
 
 
 def load_model_with_caches(model: paddle.nn.Layer, state: dict[str, Any]) -> dict[str, Any]:

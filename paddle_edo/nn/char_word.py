@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
 from ..errors import EdoTypeError, EdoValueError
 from .bag import pooled_lookup
-from .base import CompositeEmbedding, EmbeddingBase
-from .registry import build_embedding
+from .base import CompositeEmbedding, EmbeddingBase, part_attr
+from .dense import DenseEmbedding
+from .registry import TableSpec, register_embedding
+from .signature import accepts_old_signature
 
 FUSIONS = ("gate", "concat", "add", "mean", "word", "char")
-UNK_ID = 1  # ids 0 and 1 are [PAD] and [UNK] in both vocabularies (paddle_edo.text.Vocab)
+PAD_ID, UNK_ID = 0, 1  # [PAD] and [UNK] in both vocabularies (paddle_edo.text.Vocab)
 
 
 def masked_mean(vectors: paddle.Tensor, mask: paddle.Tensor) -> paddle.Tensor:
@@ -25,51 +28,77 @@ def masked_mean(vectors: paddle.Tensor, mask: paddle.Tensor) -> paddle.Tensor:
     return paddle.matmul(weights.unsqueeze(-2), vectors).squeeze(-2)
 
 
+@register_embedding("char_word")
 class CharWordEmbedding(CompositeEmbedding):
     """Word ids [B, W] and their character ids [B, W, C] -> vectors [B, W, embedding_dim].
 
-    The characters of a word are mean-pooled (padding 0 ignored). Fusions: ``gate`` (a learned
-    per-word sigmoid gate g: g x word + (1 - g) x chars), ``concat`` (both, projected to
-    embedding_dim), ``add``, ``mean``; ``word`` and ``char`` use one table only (baselines). A word
-    outside the word vocabulary ([UNK], id 1) is represented by its characters alone: the [UNK] row
-    never reaches it. Tables come from the registry (``table`` options: dense by default), so
-    ``paddle_edo.quantize`` reaches them.
+    ``num_embeddings`` words and ``num_chars`` characters; in both vocabularies id 0 is [PAD] (the
+    padding id) and id 1 is [UNK] (``paddle_edo.text.Vocab``). The characters of a word are mean-pooled
+    (padding ignored). Fusions: ``gate`` (a learned per-word sigmoid gate g: g x word + (1 - g) x chars),
+    ``concat`` (both, projected to embedding_dim), ``add``, ``mean``; ``word`` and ``char`` use one table
+    only (baselines). A word outside the word vocabulary ([UNK]) is represented by its characters alone:
+    the [UNK] row never reaches it. ``table`` says what kind of table the words and characters get
+    (a ``TableSpec`` or an ``embedding`` section; dense by default), so ``paddle_edo.quantize`` reaches
+    them.
+
+    ``word_chars`` [num_embeddings, C]: the character ids of each vocabulary word; with it the layer
+    takes word ids alone (``layer(word_ids)``), like any table.
 
     ``word_dropout``: in training, the share of known words treated as unknown (their [UNK] row in
     word-only mode, their characters alone otherwise), so that the model learns what it will meet for
     words outside the vocabulary; when every training word is in the vocabulary it would never see one.
     """
 
-    def __init__(self, word_vocab_size: int, char_vocab_size: int, embedding_dim: int, fusion: str = "gate",
-                 table: dict[str, Any] | None = None, word_dropout: float = 0.0) -> None:
-        super().__init__(word_vocab_size, embedding_dim, padding_idx=0)
+    field_table = False  # two vocabularies: built by the text model, not per id field
+
+    @accepts_old_signature(("word_vocab_size", "char_vocab_size", "embedding_dim", "fusion", "table", "word_dropout"),
+                           renamed={"word_vocab_size": "num_embeddings", "char_vocab_size": "num_chars"},
+                           is_old=lambda args, kwargs: len(args) > 3 or (len(args) == 3 and "num_chars" not in kwargs))
+    def __init__(self, num_embeddings: int, embedding_dim: int, fusion: str = "gate", *, num_chars: int,
+                 padding_idx: int = PAD_ID, sparse: bool = True, weight_attr: paddle.ParamAttr | None = None,
+                 name: str | None = None, table: TableSpec | dict[str, Any] | None = None, word_dropout: float = 0.0,
+                 word_chars: np.ndarray | None = None) -> None:
+        label = type(self).__name__
+        if padding_idx != PAD_ID:
+            raise EdoValueError(f"{label}: padding_idx = {padding_idx!r}; the vocabularies pad with id {PAD_ID}")
+        super().__init__(num_embeddings, embedding_dim, padding_idx=PAD_ID, sparse=sparse, name=name)
         if fusion not in FUSIONS:
-            raise EdoValueError(f"CharWordEmbedding: fusion = {fusion!r}; expected one of "
-                                f"{', '.join(map(repr, FUSIONS))}")
-        if char_vocab_size < 2:
-            raise EdoValueError(f"CharWordEmbedding: char_vocab_size = {char_vocab_size} must be >= 2 ([PAD], [UNK])")
+            raise EdoValueError(f"{label}: fusion = {fusion!r}; expected one of {', '.join(map(repr, FUSIONS))}")
+        if isinstance(num_chars, bool) or not isinstance(num_chars, (int, np.integer)) or num_chars < 2:
+            raise EdoValueError(f"{label}: num_chars = {num_chars!r} must be an integer >= 2 ([PAD], [UNK])")
         if not 0.0 <= word_dropout < 1.0:
-            raise EdoValueError(f"CharWordEmbedding: word_dropout = {word_dropout!r} must be in [0, 1)")
+            raise EdoValueError(f"{label}: word_dropout = {word_dropout!r} must be in [0, 1)")
         self.fusion = fusion
         self.word_dropout = float(word_dropout)
-        self.char_vocab_size = int(char_vocab_size)
-        options = {**(table or {}), "dim": embedding_dim}
+        self.num_chars = int(num_chars)
+        spec = TableSpec.from_section({**TableSpec.from_section(table or {}).section(), "dim": embedding_dim,
+                                       "sparse": sparse}, f"{label}: table")
         self.words: EmbeddingBase | None = None
         self.chars: EmbeddingBase | None = None
         if fusion != "char":
-            self.words = build_embedding(options, word_vocab_size, padding_idx=0)
+            self.words = _table(spec, num_embeddings, weight_attr, "words")
         if fusion != "word":
-            self.chars = build_embedding(options, char_vocab_size, padding_idx=0)
+            self.chars = _table(spec, num_chars, weight_attr, "chars")
         self.gate = nn.Linear(2 * embedding_dim, 1) if fusion == "gate" else None
         self.project = nn.Linear(2 * embedding_dim, embedding_dim) if fusion == "concat" else None
+        self.register_buffer("word_chars", None)
+        if word_chars is not None:
+            word_chars = np.asarray(word_chars)
+            if word_chars.ndim != 2 or word_chars.shape[0] != num_embeddings or not np.issubdtype(
+                    word_chars.dtype, np.integer) or word_chars.min() < 0 or word_chars.max() >= num_chars:
+                raise EdoValueError(f"{label}: word_chars must be [num_embeddings={num_embeddings}, C] character ids "
+                                    f"in [0, {num_chars}), got shape {list(word_chars.shape)}")
+            self.register_buffer("word_chars", paddle.to_tensor(word_chars.astype(np.int64)))
 
-    def forward(self, word_ids: paddle.Tensor, char_ids: paddle.Tensor) -> paddle.Tensor:
+    def forward(self, word_ids: paddle.Tensor, char_ids: paddle.Tensor | None = None) -> paddle.Tensor:
+        if char_ids is None:
+            char_ids = self._chars_of(word_ids)
         if self.training and self.word_dropout > 0:
             dropped = (paddle.rand(word_ids.shape) < self.word_dropout) & (word_ids > UNK_ID)
             word_ids = paddle.where(dropped, paddle.full_like(word_ids, UNK_ID), word_ids)
         if self.fusion == "word":
             return self.words(word_ids)
-        chars = pooled_lookup(self.chars, char_ids, mode="mean", padding_idx=0, owner=self.full_name())  # [B, W, D]
+        chars = pooled_lookup(self.chars, char_ids, mode="mean", padding_idx=PAD_ID, owner=self.full_name())
         if self.fusion == "char":
             return chars
         known = (word_ids > UNK_ID).astype(chars.dtype).unsqueeze(-1)       # 0 for [PAD] and [UNK]
@@ -84,9 +113,27 @@ class CharWordEmbedding(CompositeEmbedding):
         gate = F.sigmoid(self.gate(both)) * known                         # unknown words: all characters
         return chars + gate * (words - chars)
 
+    def _chars_of(self, word_ids: paddle.Tensor) -> paddle.Tensor:
+        """[..., C] character ids of vocabulary words, from ``word_chars``."""
+        if self.word_chars is None:
+            raise EdoTypeError(f"{self.full_name()}: give char_ids (layer(word_ids, char_ids)), or build the layer "
+                               f"with word_chars so that word ids alone are enough")
+        self.check_ids(word_ids)
+        chars = paddle.gather(self.word_chars, word_ids.flatten())
+        return chars.reshape([*word_ids.shape, self.word_chars.shape[1]])
+
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
-        raise EdoTypeError("CharWordEmbedding takes word ids and character ids: call layer(word_ids, char_ids)")
+        """Word ids alone: their characters from ``word_chars``."""
+        return self.forward(ids)
 
     def extra_repr(self) -> str:
-        return (f"words={self.num_embeddings}, chars={self.char_vocab_size}, dim={self.embedding_dim}, "
-                f"fusion={self.fusion!r}, word_dropout={self.word_dropout}")
+        return (f"{self.num_embeddings}, {self.embedding_dim}, fusion={self.fusion!r}, num_chars={self.num_chars}, "
+                f"word_dropout={self.word_dropout}")
+
+
+def _table(spec: TableSpec, rows: int, weight_attr: paddle.ParamAttr | None, part: str) -> EmbeddingBase:
+    """One of the two vocabularies' tables, as ``spec`` says; a ``weight_attr`` reaches dense tables."""
+    if weight_attr is not None and spec.type == "dense":
+        return DenseEmbedding(rows, spec.dim, padding_idx=PAD_ID, sparse=spec.sparse,
+                              weight_attr=part_attr(weight_attr, part), **dict(spec.options))
+    return spec.build(rows, padding_idx=PAD_ID)

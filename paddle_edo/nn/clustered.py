@@ -10,6 +10,7 @@ from ..schema import Option
 from .base import CompositeEmbedding, table_settings
 from .dense import DenseEmbedding
 from .registry import register_embedding
+from .signature import accepts_old_signature
 
 
 def cluster_rows(weight: np.ndarray, frequencies: np.ndarray, num_clusters: int, keep_top: int,
@@ -39,6 +40,18 @@ def cluster_rows(weight: np.ndarray, frequencies: np.ndarray, num_clusters: int,
     return mapping, np.concatenate(rows).astype(np.float32)
 
 
+CLUSTER_FRACTION, KEEP_FRACTION = 0.05, 0.01
+
+
+def cluster_counts(num_embeddings: int, padding_idx: int | None, cluster_fraction: float = CLUSTER_FRACTION,
+                   keep_fraction: float = KEEP_FRACTION) -> tuple[int, int]:
+    """(num_clusters, keep_top) from the shares of the ids: the defaults in Python and in configs."""
+    keep = int(round(keep_fraction * num_embeddings))
+    clusters = max(1, min(int(round(cluster_fraction * num_embeddings)),
+                          num_embeddings - keep - (padding_idx is not None)))
+    return clusters, keep
+
+
 @register_embedding("clustered")
 class ClusteredEmbedding(CompositeEmbedding):
     """Ids share rows: the most frequent keep their own, the rest read their K-Means cluster's centroid.
@@ -50,21 +63,30 @@ class ClusteredEmbedding(CompositeEmbedding):
 
     needs_frequencies = True
     config_options = {
-        "cluster_fraction": Option(0.05, float, low=1e-9, high=1.0, doc="clusters = fraction x rows"),
-        "keep_fraction": Option(0.01, float, low=0.0, high=1.0, doc="most frequent ids keeping their rows"),
+        "cluster_fraction": Option(CLUSTER_FRACTION, float, low=1e-9, high=1.0, doc="clusters = fraction x rows"),
+        "keep_fraction": Option(KEEP_FRACTION, float, low=0.0, high=1.0, doc="most frequent ids keeping their rows"),
         "frequencies": Option("train", str, choices=("train",)),
     }
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, mapping: np.ndarray | None = None,
-                 rows: np.ndarray | None = None, padding_idx: int | None = None, sparse: bool = True,
-                 frequencies: np.ndarray | None = None, num_clusters: int | None = None, keep_top: int = 0) -> None:
-        super().__init__(num_embeddings, embedding_dim, padding_idx, sparse)
+    @accepts_old_signature(("num_embeddings", "embedding_dim", "mapping", "rows", "padding_idx", "sparse",
+                            "frequencies", "num_clusters", "keep_top"))
+    def __init__(self, num_embeddings: int, embedding_dim: int, *, padding_idx: int | None = None,
+                 sparse: bool = True, weight_attr: paddle.ParamAttr | None = None, name: str | None = None,
+                 frequencies: np.ndarray | None = None, num_clusters: int | None = None, keep_top: int | None = None,
+                 mapping: np.ndarray | None = None, rows: np.ndarray | None = None, init_std: float = 0.01) -> None:
+        super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx, sparse=sparse, name=name)
+        if num_clusters is None or keep_top is None:
+            default_clusters, default_keep = cluster_counts(num_embeddings, padding_idx)
+            num_clusters = default_clusters if num_clusters is None else num_clusters
+            keep_top = default_keep if keep_top is None else keep_top
         self.frequencies, self.num_clusters, self.keep_top = frequencies, num_clusters, keep_top
         if mapping is None:  # train the full table first; pack() clusters it
-            if frequencies is None or num_clusters is None:
-                raise EdoValueError(f"{type(self).__name__}: give mapping and rows, or frequencies and num_clusters")
+            if frequencies is None:
+                raise EdoValueError(f"{type(self).__name__}: give frequencies (the table trains in full, then "
+                                    f"clusters), or mapping and rows (an already clustered table)")
             self.packed = False
-            self.table = DenseEmbedding(num_embeddings, embedding_dim, padding_idx=padding_idx, sparse=sparse)
+            self.table = DenseEmbedding(num_embeddings, embedding_dim, padding_idx=padding_idx, sparse=sparse,
+                                        weight_attr=weight_attr, init_std=init_std)
             self.register_buffer("mapping", paddle.arange(num_embeddings, dtype="int32"))
         else:
             self._install(np.asarray(mapping), np.asarray(rows, dtype=np.float32))
@@ -87,9 +109,8 @@ class ClusteredEmbedding(CompositeEmbedding):
     def from_config(cls, num_embeddings, options, padding_idx=None, frequencies=None):
         if frequencies is None:
             raise EdoValueError("embedding.type 'clustered' needs id frequencies (embedding.frequencies: train)")
-        keep = int(round(options["keep_fraction"] * num_embeddings))
-        clusters = max(1, min(int(round(options["cluster_fraction"] * num_embeddings)),
-                              num_embeddings - keep - (padding_idx is not None)))
+        clusters, keep = cluster_counts(num_embeddings, padding_idx, options["cluster_fraction"],
+                                        options["keep_fraction"])
         return cls(num_embeddings, options["dim"], padding_idx=padding_idx, sparse=options["sparse"],
                    frequencies=frequencies, num_clusters=clusters, keep_top=keep)
 
@@ -100,7 +121,7 @@ class ClusteredEmbedding(CompositeEmbedding):
         padding_idx, sparse = table_settings(embedding)
         mapping, rows = cluster_rows(weight, frequencies, num_clusters, keep_top, padding_idx, seed,
                                      f"{cls.__name__}.from_embedding")
-        return cls(weight.shape[0], weight.shape[1], mapping, rows, padding_idx, sparse)
+        return cls(weight.shape[0], weight.shape[1], padding_idx=padding_idx, sparse=sparse, mapping=mapping, rows=rows)
 
     def pack(self) -> "ClusteredEmbedding":
         """Cluster the trained full table (keep_top ids keep their rows)."""

@@ -5,10 +5,12 @@ import paddle
 import paddle.nn.functional as F
 
 from ..compat import sparse_gradient
+from ..errors import EdoTypeError, EdoValueError
 from ..schema import Option
 from .base import EmbeddingBase
 from .dedup import deduplicated_lookup, deduplicating, distinct_rows, unique_ids
 from .registry import register_embedding
+from .signature import accepts_old_signature
 
 
 @register_embedding("dense")
@@ -25,17 +27,15 @@ class DenseEmbedding(EmbeddingBase):
         "deduplicate": Option(True, bool, doc="training lookups go through the batch's distinct ids"),
     }
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
-                 sparse: bool = True, check_ids: bool = True, init_std: float = 0.01,
-                 weight_attr: paddle.ParamAttr | None = None, deduplicate: bool = True) -> None:
-        super().__init__(num_embeddings, embedding_dim, padding_idx, sparse, check_ids)
+    @accepts_old_signature(("num_embeddings", "embedding_dim", "padding_idx", "sparse", "check_ids", "init_std",
+                            "weight_attr", "deduplicate"))
+    def __init__(self, num_embeddings: int, embedding_dim: int, *, padding_idx: int | None = None,
+                 sparse: bool = True, weight_attr: paddle.ParamAttr | None = None, name: str | None = None,
+                 init_std: float = 0.01, deduplicate: bool = True, range_check: bool = True) -> None:
+        super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx, sparse=sparse, name=name,
+                         range_check=range_check)
         self.deduplicate = bool(deduplicate)
-        self.weight = self.create_parameter(
-            [self.num_embeddings, self.embedding_dim], attr=weight_attr, dtype="float32",
-            default_initializer=paddle.nn.initializer.Normal(0.0, init_std))
-        if self.padding_idx is not None:
-            with paddle.no_grad():
-                self.weight[self.padding_idx] = 0.0
+        self.weight = self.create_table(self.num_embeddings, self.embedding_dim, weight_attr, init_std)
 
     @property
     def storage_dtype(self) -> str:
@@ -60,3 +60,19 @@ class DenseEmbedding(EmbeddingBase):
         unique, inverse = unique_ids(ids)  # one set of rows for all columns: one gradient, nothing to add
         rows = distinct_rows(unique, self.weight, self.padding_idx)
         return [F.embedding(column, rows) for column in paddle.unbind(inverse, axis=-1)]
+
+
+def given_or_dense_table(owner: str, table: EmbeddingBase | None, num_embeddings: int, embedding_dim: int,
+                         padding_idx: int | None, sparse: bool, weight_attr: paddle.ParamAttr | None,
+                         init_std: float) -> EmbeddingBase:
+    """The table a layer built over another table uses: ``table`` when given (any paddle_edo table of that
+    many ids and that width), else a DenseEmbedding of its own."""
+    if table is None:
+        return DenseEmbedding(num_embeddings, embedding_dim, padding_idx=padding_idx, sparse=sparse,
+                              weight_attr=weight_attr, init_std=init_std)
+    if not isinstance(table, EmbeddingBase):
+        raise EdoTypeError(f"{owner}: table must be a paddle_edo table, got {type(table).__name__}")
+    if (table.num_embeddings, table.embedding_dim) != (num_embeddings, embedding_dim):
+        raise EdoValueError(f"{owner}: the table takes {table.num_embeddings} ids of width {table.embedding_dim}, "
+                            f"not {num_embeddings} x {embedding_dim}")
+    return table

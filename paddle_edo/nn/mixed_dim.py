@@ -9,9 +9,10 @@ import paddle
 from ..errors import EdoValueError
 from ..kernels import can_fuse, fused_ops
 from ..schema import Option
-from .base import CompositeEmbedding
+from .base import CompositeEmbedding, part_attr
 from .dense import DenseEmbedding
 from .registry import register_embedding
+from .signature import accepts_old_signature
 
 
 def block_layout(frequencies: np.ndarray, embedding_dim: int, num_blocks: int, alpha: float, min_dim: int
@@ -46,10 +47,13 @@ class MixedDimEmbedding(CompositeEmbedding):
         "frequencies": Option("train", str, choices=("train",), doc="where the id frequencies come from"),
     }
 
+    @accepts_old_signature(("num_embeddings", "embedding_dim", "frequencies", "num_blocks", "alpha", "min_dim",
+                            "padding_idx", "sparse", "init_std"))
     def __init__(self, num_embeddings: int, embedding_dim: int, frequencies: Sequence[float] | np.ndarray,
-                 num_blocks: int = 4, alpha: float = 0.5, min_dim: int = 2, padding_idx: int | None = None,
-                 sparse: bool = True, init_std: float = 0.01) -> None:
-        super().__init__(num_embeddings, embedding_dim, padding_idx, sparse)
+                 num_blocks: int = 4, alpha: float = 0.5, min_dim: int = 2, *, padding_idx: int | None = None,
+                 sparse: bool = True, weight_attr: paddle.ParamAttr | None = None, name: str | None = None,
+                 init_std: float = 0.01) -> None:
+        super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx, sparse=sparse, name=name)
         frequencies = np.asarray(frequencies)
         if frequencies.shape != (num_embeddings,):
             raise EdoValueError(f"{type(self).__name__}: frequencies has shape {frequencies.shape}, expected "
@@ -62,11 +66,11 @@ class MixedDimEmbedding(CompositeEmbedding):
         self.register_buffer("block_starts", paddle.to_tensor(np.array([0, *ends[:-1]], dtype=np.int32)))
         self.blocks = paddle.nn.LayerList()
         self.projections = paddle.nn.LayerList()
-        for start, end, width in zip([0, *ends[:-1]], ends, dims):
+        for index, (start, end, width) in enumerate(zip([0, *ends[:-1]], ends, dims)):
             # one extra zero row at the end (the block's padding row): tables saved before lookups were
             # partitioned by block looked it up for ids outside the block, and keep their shape
             self.blocks.append(DenseEmbedding(end - start + 1, width, padding_idx=end - start, sparse=sparse,
-                                              init_std=init_std))
+                                              weight_attr=part_attr(weight_attr, f"block{index}"), init_std=init_std))
             self.projections.append(paddle.nn.Linear(width, embedding_dim, bias_attr=False)
                                     if width < embedding_dim else paddle.nn.Identity())
 
@@ -93,7 +97,7 @@ class MixedDimEmbedding(CompositeEmbedding):
         if frequencies is None:
             raise EdoValueError("embedding.type 'mixed_dim' needs id frequencies (embedding.frequencies: train)")
         return cls(num_embeddings, options["dim"], frequencies, options["num_blocks"], options["alpha"],
-                   options["min_dim"], padding_idx, options["sparse"])
+                   options["min_dim"], padding_idx=padding_idx, sparse=options["sparse"])
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
         """Each block looks up and projects only its own ids; one gather then puts every vector in its

@@ -5,22 +5,37 @@ from typing import Sequence
 
 import paddle
 
-from ..errors import EdoKeyError, EdoTypeError, EdoValueError
+from ..errors import EdoKeyError, EdoValueError
 from .base import CompositeEmbedding, EmbeddingBase
+from .dense import given_or_dense_table
+from .registry import register_embedding
+from .signature import accepts_old_signature
 
 
+@register_embedding("multitask")
 class MultiTaskEmbedding(CompositeEmbedding):
-    """Shares one table (any paddle_edo layer: dense, quantized, hashed...) between tasks. Each task may
-    get a ``dim x dim`` adapter, started at the identity, so tasks specialise for dim^2 floats instead of
-    a table each. The table's bytes are counted once."""
+    """ids [...] -> [..., embedding_dim] from one table shared between ``tasks``; ``for_task(ids, task)``
+    gives the vectors as one task sees them. Each task may get a ``dim x dim`` adapter, started at the
+    identity, so tasks specialise for dim^2 floats instead of a table each. The table is a DenseEmbedding
+    of its own, or ``table=`` any paddle_edo table of that many ids and that width (quantized, hashed...);
+    its bytes are counted once."""
 
-    def __init__(self, table: EmbeddingBase, tasks: Sequence[str], adapters: bool = True) -> None:
-        if not isinstance(table, EmbeddingBase):
-            raise EdoTypeError(f"MultiTaskEmbedding: table must be a paddle_edo embedding layer, got "
-                               f"{type(table).__name__}")
-        if not tasks or len(set(tasks)) != len(tasks):
-            raise EdoValueError(f"MultiTaskEmbedding: tasks = {list(tasks)!r} must be distinct names, at least one")
-        super().__init__(table.num_embeddings, table.embedding_dim, table.padding_idx, table.sparse)
+    field_table = False  # wraps one table for several task heads; built by the multi-task model
+
+    @accepts_old_signature(("table", "tasks", "adapters"),
+                           is_old=lambda args, kwargs: bool(args) and isinstance(args[0], paddle.nn.Layer),
+                           adapt=lambda named: {"num_embeddings": named["table"].num_embeddings,
+                                                "embedding_dim": named["table"].embedding_dim, **named})
+    def __init__(self, num_embeddings: int, embedding_dim: int, tasks: Sequence[str], *,
+                 padding_idx: int | None = None, sparse: bool = True, weight_attr: paddle.ParamAttr | None = None,
+                 name: str | None = None, table: EmbeddingBase | None = None, adapters: bool = True,
+                 init_std: float = 0.01) -> None:
+        label = type(self).__name__
+        if isinstance(tasks, str) or not tasks or len(set(tasks)) != len(tasks):
+            raise EdoValueError(f"{label}: tasks = {tasks!r} must be distinct names, at least one")
+        table = given_or_dense_table(label, table, num_embeddings, embedding_dim, padding_idx, sparse, weight_attr,
+                                     init_std)
+        super().__init__(num_embeddings, embedding_dim, padding_idx=table.padding_idx, sparse=table.sparse, name=name)
         self.table = table
         self.tasks = list(tasks)
         self.adapters = paddle.nn.LayerDict()

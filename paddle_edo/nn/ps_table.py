@@ -1,12 +1,15 @@
 """PSEmbedding: a table held by Fleet parameter servers, looked up from a static program."""
 from __future__ import annotations
 
+import copy
+
 import paddle
 
 from ..errors import EdoRuntimeError
 from ..schema import Option
 from .base import EmbeddingBase
 from .registry import register_embedding
+from .signature import accepts_old_signature
 
 ENTRIES = ("none", "count_filter", "probability", "show_click")
 TABLE_CLASSES = ("MemorySparseTable", "SSDSparseTable", "CommonSparseTable")
@@ -27,10 +30,15 @@ class PSEmbedding(EmbeddingBase):
         "geo": Option(False, bool, doc="geo mode: a local table whose deltas reach the servers every k steps"),
     }
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
-                 sparse: bool = True, entry: str = "none", count_filter: int = 2, probability: float = 0.5,
-                 table_class: str = "MemorySparseTable", geo: bool = False) -> None:
-        super().__init__(num_embeddings, embedding_dim, padding_idx, sparse, check_ids=False)
+    @accepts_old_signature(("num_embeddings", "embedding_dim", "padding_idx", "sparse", "entry", "count_filter",
+                            "probability", "table_class", "geo"))
+    def __init__(self, num_embeddings: int, embedding_dim: int, *, padding_idx: int | None = None,
+                 sparse: bool = True, weight_attr: paddle.ParamAttr | None = None, name: str | None = None,
+                 entry: str = "none", count_filter: int = 2, probability: float = 0.5,
+                 table_class: str = "MemorySparseTable", geo: bool = False, init_std: float = 0.01) -> None:
+        super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx, sparse=sparse, name=name,
+                         range_check=False)
+        self.weight_attr, self.init_std = weight_attr, init_std
         self.entry, self.count_filter, self.probability = entry, count_filter, probability
         self.table_class, self.geo = table_class, geo
         self.ids: paddle.Tensor | None = None     # the lookup's [n, 1] ids and output variables, for export
@@ -56,9 +64,11 @@ class PSEmbedding(EmbeddingBase):
         if paddle.in_dynamic_mode():
             raise EdoRuntimeError(f"{self.full_name()}: a parameter-server table exists in static programs only")
         flat = self.ids = ids.reshape([-1, 1])  # the servers' lookup takes [n, 1] ids
-        attr = paddle.ParamAttr(name=f"ps_{self.full_name()}", initializer=paddle.nn.initializer.Normal(0.0, 0.01))
+        attr = copy.copy(self.weight_attr) if self.weight_attr is not None else paddle.ParamAttr()
+        attr.name = attr.name or f"ps_{self.full_name()}"
+        attr.initializer = attr.initializer or paddle.nn.initializer.Normal(0.0, self.init_std)
         if self.geo:  # geo's communicator needs a plain sparse-gradient table (sparse_embedding fails in init_worker)
-            self.output = paddle.nn.Embedding(self.num_embeddings, self.embedding_dim, self.padding_idx, sparse=True,
+            self.output = paddle.nn.Embedding(self.num_embeddings, self.embedding_dim, padding_idx=self.padding_idx, sparse=True,
                                               weight_attr=attr)(flat).reshape([-1, self.embedding_dim])
         else:
             self.output = paddle.static.nn.sparse_embedding(

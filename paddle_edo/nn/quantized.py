@@ -16,6 +16,7 @@ from ..schema import ConfigError, Option
 from .base import EmbeddingBase, table_settings
 from .dedup import deduplicating, distinct_rows, unique_ids
 from .registry import register_embedding
+from .signature import accepts_old_signature
 
 MODES = ("ptq", "qat", "low_precision")
 LOW_PRECISION_DTYPES = ("fp16", "bf16", "int8")
@@ -43,44 +44,48 @@ class QuantizedEmbedding(EmbeddingBase):
     """
 
     config_options = {
-        "dtype": Option("int8", str, choices=tuple(FORMATS), doc="storage format"),
+        "storage_format": Option("int8", str, choices=tuple(FORMATS), doc="how rows are stored (not a Paddle "
+                                                                          "dtype: int4, ternary, binary are none)"),
         "mode": Option("ptq", str, choices=MODES, doc="how the table trains"),
         "init_std": Option(0.01, float, low=0.0, doc="std of the normal initialiser"),
         "deduplicate": Option(True, bool, doc="training lookups go through the batch's distinct ids"),
     }
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, dtype: str = "int8",
-                 padding_idx: int | None = None, sparse: bool = True, mode: str = "ptq", check_ids: bool = True,
-                 init_std: float = 0.01, weight: paddle.Tensor | None = None, packed: bool | None = None,
-                 deduplicate: bool = True) -> None:
-        super().__init__(num_embeddings, embedding_dim, padding_idx, sparse, check_ids)
+    @accepts_old_signature(("num_embeddings", "embedding_dim", "dtype", "padding_idx", "sparse", "mode", "check_ids",
+                            "init_std", "weight", "packed", "deduplicate"), renamed={"dtype": "storage_format"},
+                           is_old=lambda args, kwargs: len(args) > 4 or (len(args) == 4 and not isinstance(args[3], str)))
+    def __init__(self, num_embeddings: int, embedding_dim: int, storage_format: str = "int8", mode: str = "ptq", *,
+                 padding_idx: int | None = None, sparse: bool = True, weight_attr: paddle.ParamAttr | None = None,
+                 name: str | None = None, init_std: float = 0.01, weight: paddle.Tensor | None = None,
+                 packed: bool | None = None, deduplicate: bool = True, range_check: bool = True) -> None:
+        super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx, sparse=sparse, name=name,
+                         range_check=range_check)
         self.deduplicate = bool(deduplicate)
-        name = type(self).__name__
-        self.format: QuantFormat = get_format(dtype, f"{name}: dtype")
+        label = type(self).__name__
+        self.format: QuantFormat = get_format(storage_format, f"{label}: storage_format")
         if mode not in MODES:
-            raise EdoValueError(f"{name}: mode = {mode!r} is not supported; supported: {', '.join(MODES)}")
-        if mode == "low_precision" and dtype not in LOW_PRECISION_DTYPES:
-            raise EdoValueError(f"{name}: mode 'low_precision' stores {', '.join(LOW_PRECISION_DTYPES)} tables; "
-                                f"dtype {dtype!r} needs mode 'qat' or 'ptq'")
+            raise EdoValueError(f"{label}: mode = {mode!r} is not supported; supported: {', '.join(MODES)}")
+        if mode == "low_precision" and storage_format not in LOW_PRECISION_DTYPES:
+            raise EdoValueError(f"{label}: mode 'low_precision' stores {', '.join(LOW_PRECISION_DTYPES)} tables; "
+                                f"storage_format {storage_format!r} needs mode 'qat' or 'ptq'")
         self.mode = mode
         self.init_std = init_std
+        self.initializer = weight_attr.initializer if weight_attr is not None else None
         self.row_optimizer: str | None = None
         self._touched: list[tuple[paddle.Tensor, paddle.Tensor]] = []
         if weight is not None and list(weight.shape) != [self.num_embeddings, self.embedding_dim]:
-            raise EdoValueError(f"{name}: weight of shape {list(weight.shape)}, expected "
+            raise EdoValueError(f"{label}: weight of shape {list(weight.shape)}, expected "
                                 f"{[self.num_embeddings, self.embedding_dim]}")
         self.packed = mode == "low_precision" if packed is None else packed
         if self.packed:
             self._store(weight)
         else:
-            self.weight = self.create_parameter(
-                [self.num_embeddings, self.embedding_dim], dtype="float32",
-                default_initializer=paddle.nn.initializer.Normal(0.0, init_std))
-            with paddle.no_grad():
-                if weight is not None:
+            self.weight = self.create_table(self.num_embeddings, self.embedding_dim, weight_attr, init_std)
+            if weight is not None:
+                with paddle.no_grad():
                     self.weight.set_value(weight.astype("float32"))
-                if self.padding_idx is not None:
-                    self.weight[self.padding_idx] = 0.0
+                    if self.padding_idx is not None:
+                        self.weight[self.padding_idx] = 0.0
 
     # ------------------------------------------------------------- storage
     @property
@@ -100,7 +105,10 @@ class QuantizedEmbedding(EmbeddingBase):
         return getattr(self, self.params_name, None)
 
     def _source_chunk(self, weight: paddle.Tensor | None, start: int, stop: int) -> paddle.Tensor:
-        if weight is None:
+        if weight is None and self.initializer is not None:
+            chunk = paddle.zeros([stop - start, self.embedding_dim])
+            self.initializer(chunk)
+        elif weight is None:
             chunk = paddle.normal(0.0, self.init_std, [stop - start, self.embedding_dim])
         else:
             chunk = weight[start:stop].astype("float32")
@@ -244,13 +252,13 @@ class QuantizedEmbedding(EmbeddingBase):
 
     # ---------------------------------------------------------- conversion
     @classmethod
-    def from_embedding(cls, embedding: paddle.nn.Layer, dtype: str = "int8") -> "QuantizedEmbedding":
+    def from_embedding(cls, embedding: paddle.nn.Layer, storage_format: str = "int8") -> "QuantizedEmbedding":
         """A packed copy of a ``paddle.nn.Embedding`` or ``DenseEmbedding`` (padding row and sparsity kept)."""
         weight = embedding.weight
         if len(weight.shape) != 2:
             raise EdoValueError(f"from_embedding: {embedding.full_name()} has a weight of shape {weight.shape}")
         padding_idx, sparse = table_settings(embedding)
-        return cls(weight.shape[0], weight.shape[1], dtype=dtype, padding_idx=padding_idx, sparse=sparse,
+        return cls(weight.shape[0], weight.shape[1], storage_format, padding_idx=padding_idx, sparse=sparse,
                    weight=weight.detach(), packed=True)
 
     @paddle.no_grad()
@@ -268,12 +276,12 @@ class QuantizedEmbedding(EmbeddingBase):
 
     @classmethod
     def check_config(cls, config: dict[str, Any]) -> None:
-        """Refuse mode / dtype / optimizer / AMP combinations that cannot train."""
+        """Refuse mode / storage_format / optimizer / AMP combinations that cannot train."""
         embedding, train = config["embedding"], config["train"]
         if embedding["mode"] != "low_precision":
             return
-        if embedding["dtype"] not in LOW_PRECISION_DTYPES:
-            raise ConfigError(f"embedding.dtype = {embedding['dtype']!r} cannot train in mode 'low_precision' "
+        if embedding["storage_format"] not in LOW_PRECISION_DTYPES:
+            raise ConfigError(f"embedding.storage_format = {embedding['storage_format']!r} cannot train in mode 'low_precision' "
                               f"(allowed: {', '.join(LOW_PRECISION_DTYPES)}); use embedding.mode=qat or ptq")
         if train["optimizer"] not in ROW_OPTIMIZERS:
             raise ConfigError(f"train.optimizer = {train['optimizer']!r} does not work with embedding.mode "
@@ -298,7 +306,7 @@ def check_quantizable(weight: paddle.Tensor, fmt: QuantFormat, owner: str) -> No
         big = paddle.nonzero((values.abs() > limit).any(axis=1)).flatten().numpy()
         if big.size:
             raise EdoValueError(f"{owner}: rows {_rows(big)} hold values beyond +-{limit:g}, which {fmt.name} "
-                                f"stores in fp16; use dtype 'bf16' or rescale the table")
+                                f"stores in fp16; use storage_format 'bf16' or rescale the table")
 
 
 def _rows(rows: np.ndarray) -> str:

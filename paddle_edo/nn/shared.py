@@ -7,9 +7,10 @@ import paddle
 from ..errors import EdoValueError
 from ..kernels import can_fuse, fused_ops
 from ..schema import ConfigError, Option
-from .base import CompositeEmbedding
+from .base import CompositeEmbedding, part_attr
 from .dense import DenseEmbedding
 from .registry import register_embedding
+from .signature import accepts_old_signature
 
 _SHIFT = 2**32  # (a x + b) // 2^32: the high 32 bits of the 64-bit product
 COMBINES = ("sum", "mean", "concat")     # HashEmbedding's, in the fused kernel's numbering
@@ -30,6 +31,19 @@ def hash_ids_numpy(ids: np.ndarray, coefficients: np.ndarray, buckets: int) -> n
     with np.errstate(over="ignore"):
         mixed = x * coefficients[:, 0] + coefficients[:, 1]  # wraps modulo 2^64, like Paddle's int64
     return (mixed >> 32) % buckets
+
+
+def default_collisions(num_embeddings: int) -> int:
+    """QREmbedding's m when none is given: ceil(sqrt(N)), so both tables have about sqrt(N) rows."""
+    return int(np.ceil(np.sqrt(num_embeddings)))
+
+
+def _old_hash_call(args: tuple, kwargs: dict) -> bool:
+    """HashEmbedding's old signature began (num_buckets, embedding_dim, num_hashes, combine, ...): a call
+    that gives no num_buckets, or a combine string in the fourth place, or more than five positional
+    arguments."""
+    return ("num_buckets" not in kwargs and len(args) < 3) or len(args) > 5 \
+        or (len(args) >= 4 and isinstance(args[3], str))
 
 
 def _refuse_concat_with_first_order(config: dict, key: str) -> None:
@@ -55,6 +69,9 @@ def constant_buffer(layer: paddle.nn.Layer, name: str, value: np.ndarray) -> Non
 class HashEmbedding(CompositeEmbedding):
     """Any int64 id -> ``num_hashes`` rows of a ``num_buckets``-row table, combined (sum, mean, concat).
 
+    ``num_embeddings`` is the number of ids the table stands for (a field's vocabulary, as for every
+    table; configs derive ``num_buckets`` from it), but any int64 id is hashed: ids are not range-checked.
+
     The hashes are multiply-shift hashes (Dietzfelbinger et al.: the high 32 bits of a x + b modulo
     2^64, a odd; a and b from a fixed seed), reduced modulo num_buckets, computed with Paddle int64 ops,
     so dygraph, static graph and Paddle Inference agree. Unbounded id spaces need no vocabulary; ids are
@@ -71,21 +88,27 @@ class HashEmbedding(CompositeEmbedding):
         "seed": Option(0, int, low=0),
     }
 
-    def __init__(self, num_buckets: int, embedding_dim: int, num_hashes: int = 2, combine: str = "sum",
-                 padding_idx: int | None = None, sparse: bool = True, seed: int = 0, init_std: float = 0.01) -> None:
-        name = type(self).__name__
+    @accepts_old_signature(("num_buckets", "embedding_dim", "num_hashes", "combine", "padding_idx", "sparse", "seed",
+                            "init_std"), is_old=lambda args, kwargs: _old_hash_call(args, kwargs),
+                           adapt=lambda named: {"num_embeddings": named["num_buckets"], **named})
+    def __init__(self, num_embeddings: int, embedding_dim: int, num_buckets: int, num_hashes: int = 2,
+                 combine: str = "sum", *, padding_idx: int | None = None, sparse: bool = True,
+                 weight_attr: paddle.ParamAttr | None = None, name: str | None = None, seed: int = 0,
+                 init_std: float = 0.01) -> None:
+        label = type(self).__name__
         if combine not in COMBINES:
-            raise EdoValueError(f"{name}: combine = {combine!r}; expected 'sum', 'mean' or 'concat'")
-        if isinstance(num_hashes, bool) or not isinstance(num_hashes, int) or num_hashes < 1:
-            raise EdoValueError(f"{name}: num_hashes = {num_hashes!r} must be an integer >= 1")
+            raise EdoValueError(f"{label}: combine = {combine!r}; expected 'sum', 'mean' or 'concat'")
+        for arg, value in (("num_buckets", num_buckets), ("num_hashes", num_hashes)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise EdoValueError(f"{label}: {arg} = {value!r} must be an integer >= 1")
         if combine == "concat" and embedding_dim % num_hashes:
-            raise EdoValueError(f"{name}: combine 'concat' needs embedding_dim ({embedding_dim}) divisible by "
+            raise EdoValueError(f"{label}: combine 'concat' needs embedding_dim ({embedding_dim}) divisible by "
                                 f"num_hashes ({num_hashes})")
-        super().__init__(num_buckets, embedding_dim, None, sparse)
+        super().__init__(num_embeddings, embedding_dim, sparse=sparse, name=name, range_check=False)
         self.padding_idx = padding_idx  # an id, not a row: any int64 may be the padding id
-        self.num_hashes, self.combine, self.seed = num_hashes, combine, seed
+        self.num_buckets, self.num_hashes, self.combine, self.seed = int(num_buckets), int(num_hashes), combine, seed
         width = embedding_dim // num_hashes if combine == "concat" else embedding_dim
-        self.table = DenseEmbedding(num_buckets, width, sparse=sparse, init_std=init_std)
+        self.table = DenseEmbedding(num_buckets, width, sparse=sparse, weight_attr=weight_attr, init_std=init_std)
         constant_buffer(self, "coefficients", hash_coefficients(num_hashes, seed))
         # int64 constants live in tensors: to_static stores Python scalars as float32 (2^31 - 1 became 2^31)
         constant_buffer(self, "buckets", np.array([num_buckets], dtype=np.int64))
@@ -93,8 +116,8 @@ class HashEmbedding(CompositeEmbedding):
     @classmethod
     def from_config(cls, num_embeddings, options, padding_idx=None):
         buckets = options["num_buckets"] or max(1, int(round(options["bucket_fraction"] * num_embeddings)))
-        return cls(buckets, options["dim"], options["num_hashes"], options["combine"], padding_idx,
-                   options["sparse"], options["seed"])
+        return cls(num_embeddings, options["dim"], buckets, options["num_hashes"], options["combine"],
+                   padding_idx=padding_idx, sparse=options["sparse"], seed=options["seed"])
 
     @classmethod
     def check_config(cls, config):
@@ -136,24 +159,31 @@ class QREmbedding(CompositeEmbedding):
         "operation": Option("mult", str, choices=OPERATIONS),
     }
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, num_collisions: int = 4, operation: str = "mult",
-                 padding_idx: int | None = None, sparse: bool = True, init_std: float = 0.01) -> None:
-        name = type(self).__name__
-        if isinstance(num_collisions, bool) or not isinstance(num_collisions, int) or num_collisions < 1:
-            raise EdoValueError(f"{name}: num_collisions = {num_collisions!r} must be an integer >= 1")
+    @accepts_old_signature(("num_embeddings", "embedding_dim", "num_collisions", "operation", "padding_idx", "sparse",
+                            "init_std"))
+    def __init__(self, num_embeddings: int, embedding_dim: int, num_collisions: int | None = None,
+                 operation: str = "mult", *, padding_idx: int | None = None, sparse: bool = True,
+                 weight_attr: paddle.ParamAttr | None = None, name: str | None = None, init_std: float = 0.01) -> None:
+        label = type(self).__name__
+        if num_collisions is None:
+            num_collisions = default_collisions(num_embeddings)
+        if isinstance(num_collisions, bool) or not isinstance(num_collisions, (int, np.integer)) or num_collisions < 1:
+            raise EdoValueError(f"{label}: num_collisions = {num_collisions!r} must be an integer >= 1 or None")
         if operation not in OPERATIONS:
-            raise EdoValueError(f"{name}: operation = {operation!r}; expected 'mult', 'add' or 'concat'")
+            raise EdoValueError(f"{label}: operation = {operation!r}; expected 'mult', 'add' or 'concat'")
         if operation == "concat" and embedding_dim % 2:
-            raise EdoValueError(f"{name}: operation 'concat' needs an even embedding_dim, got {embedding_dim}")
-        super().__init__(num_embeddings, embedding_dim, padding_idx, sparse)
-        self.num_collisions, self.operation = num_collisions, operation
+            raise EdoValueError(f"{label}: operation 'concat' needs an even embedding_dim, got {embedding_dim}")
+        super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx, sparse=sparse, name=name)
+        self.num_collisions, self.operation = int(num_collisions), operation
         # an int64 tensor, not a Python scalar: to_static would store the scalar as float32
         constant_buffer(self, "collisions", np.array([num_collisions], dtype=np.int64))
         width = embedding_dim // 2 if operation == "concat" else embedding_dim
         # mult starts near 1 x small so products are not vanishingly small
         self.quotient = DenseEmbedding(-(-num_embeddings // num_collisions), width, sparse=sparse,
+                                       weight_attr=part_attr(weight_attr, "quotient"),
                                        init_std=1.0 if operation == "mult" else init_std)
-        self.remainder = DenseEmbedding(num_collisions, width, sparse=sparse, init_std=init_std)
+        self.remainder = DenseEmbedding(num_collisions, width, sparse=sparse,
+                                        weight_attr=part_attr(weight_attr, "remainder"), init_std=init_std)
 
     @classmethod
     def check_config(cls, config):
@@ -161,8 +191,8 @@ class QREmbedding(CompositeEmbedding):
 
     @classmethod
     def from_config(cls, num_embeddings, options, padding_idx=None):
-        m = options["num_collisions"] or int(np.ceil(np.sqrt(num_embeddings)))
-        return cls(num_embeddings, options["dim"], m, options["operation"], padding_idx, options["sparse"])
+        return cls(num_embeddings, options["dim"], options["num_collisions"], options["operation"],
+                   padding_idx=padding_idx, sparse=options["sparse"])
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
         ids = ids.astype("int64")

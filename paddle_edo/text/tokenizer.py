@@ -9,14 +9,13 @@ from typing import Any, Iterable, Sequence
 import jieba
 
 from ..errors import EdoFileNotFoundError
+from ..runtime import default_cache_dir
 
 
 @functools.lru_cache(maxsize=8)
 def _jieba(dictionary: str | None, user_dicts: tuple[str, ...]) -> jieba.Tokenizer:
     """A loaded jieba.Tokenizer, shared by every JiebaTokenizer with the same dictionaries; jieba's own
     parsed-dictionary cache goes under paddle_edo's cache folder, so later processes load it in ~1 s."""
-    from ..data.fetch import default_cache_dir  # here: paddle_edo.data imports this module
-
     jieba.setLogLevel(logging.WARNING)
     tokenizer = jieba.Tokenizer(dictionary) if dictionary else jieba.Tokenizer()
     cache = default_cache_dir() / "jieba"

@@ -303,7 +303,7 @@ def test_sync_mode_and_missing_launcher_are_refused(tmp_path):
 
 
 def test_a_server_refuses_a_port_another_process_holds():
-    from paddle_edo.distributed.ps import ServerStartError, check_listenable
+    from paddle_edo.distributed.processes import ServerStartError, check_listenable
 
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
@@ -317,9 +317,9 @@ def test_a_server_refuses_a_port_another_process_holds():
 
 def test_a_process_past_its_bound_says_why_and_fails_unless_the_bound_was_cancelled():
     # the stall holds the GIL (a regular expression that backtracks for hours), as Paddle's C++ barriers do
-    script = ("import re; from paddle_edo.distributed.ps import _exit_after; "
-              "_exit_after(1, 'trainer 0: joined').cancel(); "
-              "_exit_after(1, 'trainer 0: fleet.init_worker() did not return'); re.match('(a|aa)*c', 'a' * 60)")
+    script = ("import re; from paddle_edo.distributed.processes import exit_after; "
+              "exit_after(1, 'trainer 0: joined').cancel(); "
+              "exit_after(1, 'trainer 0: fleet.init_worker() did not return'); re.match('(a|aa)*c', 'a' * 60)")
     stalled = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert stalled.returncode == -signal.SIGKILL  # the cancelled bound said nothing; the other ended the process

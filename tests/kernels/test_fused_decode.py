@@ -95,7 +95,7 @@ def test_the_kernel_refuses_ids_outside_the_table_before_reading_them():
 def test_a_fused_export_of_packed_tables_serves_the_same_bits(tmp_path, dtype):
     fields = [FieldSpec("user", 2000), FieldSpec("tags", 40, max_len=3)]
     paddle.seed(0)
-    model = DeepFM(fields, {"type": "quantized", "dtype": dtype, "dim": 8, "init_std": 0.3}, hidden_units=[8])
+    model = DeepFM(fields, {"type": "quantized", "storage_format": dtype, "dim": 8, "init_std": 0.3}, hidden_units=[8])
     for table in [*model.embeddings.values(), *model.first_order.values()]:
         table.pack()
     model.eval()

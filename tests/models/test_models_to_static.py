@@ -10,13 +10,13 @@ from paddle_edo.models import ClickAndRating, DeepFM, TextClassifier
 
 CTR_FIELDS = [FieldSpec("user", 300), FieldSpec("item", 500), FieldSpec("genres", 20, max_len=3)]
 TEXT_FIELDS = [FieldSpec("words", 200, max_len=6), FieldSpec("chars", 80, max_len=6 * 3)]
-EMBEDDING = {"type": "quantized", "dtype": "int8", "mode": "qat", "dim": 8, "sparse": True, "init_std": 0.1}
+EMBEDDING = {"type": "quantized", "storage_format": "int8", "mode": "qat", "dim": 8, "sparse": True, "init_std": 0.1}
 
 MODELS = {
     "deepfm": (lambda: DeepFM(CTR_FIELDS, EMBEDDING, hidden_units=[16, 8]), CTR_FIELDS),
     "click_and_rating": (lambda: ClickAndRating(CTR_FIELDS, {"type": "dense", "dim": 8, "sparse": True}, [16]),
                          CTR_FIELDS),
-    "text_classifier": (lambda: TextClassifier(200, 80, 3, {"type": "dense", "dim": 8, "sparse": True}, "gate",
+    "text_classifier": (lambda: TextClassifier(TEXT_FIELDS, {"type": "dense", "dim": 8, "sparse": True}, "gate",
                                                [16]), TEXT_FIELDS),
 }
 

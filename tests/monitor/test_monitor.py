@@ -297,7 +297,7 @@ def test_composite_layers_are_monitored_through_their_inner_tables(tmp_path):
     class Composite(paddle.nn.Layer):
         def __init__(self):
             super().__init__()
-            self.hashed = HashEmbedding(13, 4, num_hashes=2)
+            self.hashed = HashEmbedding(13, 4, 13, num_hashes=2)
             self.qr = QREmbedding(100, 4, num_collisions=10, operation="add")
 
         def forward(self, ids):

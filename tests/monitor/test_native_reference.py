@@ -5,7 +5,7 @@ import pytest
 
 from paddle_edo import kernels
 from paddle_edo.monitor.coverage import Coverage
-from paddle_edo.monitor.sparse_grad import running_medians
+from paddle_edo.monitor.alerts import running_medians
 
 
 def without_kernel(monkeypatch, name):

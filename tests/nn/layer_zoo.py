@@ -18,7 +18,7 @@ LAYERS = {
                                                           init_std=0.3),
     "quantized_packed": lambda: QuantizedEmbedding.from_embedding(DenseEmbedding(ROWS, DIM, padding_idx=0,
                                                                                  init_std=0.3), "int2"),
-    "hash": lambda: HashEmbedding(50, DIM, padding_idx=0, init_std=0.3),
+    "hash": lambda: HashEmbedding(50, DIM, 50, padding_idx=0, init_std=0.3),
     "qr": lambda: QREmbedding(ROWS, DIM, 16, padding_idx=0),
     "mixed_dim": lambda: MixedDimEmbedding(ROWS, DIM, FREQUENCIES, padding_idx=0, init_std=0.3),
     "clustered": lambda: ClusteredEmbedding.from_embedding(DenseEmbedding(ROWS, DIM, init_std=0.3), FREQUENCIES,

@@ -4,7 +4,6 @@ import paddle.nn.functional as F
 import pytest
 
 from paddle_edo import memory_report
-from paddle_edo.cache import SlotMap, belady_hit_rate
 from paddle_edo.config import load_config
 from paddle_edo.export import Predictor, export_model
 from paddle_edo.nn import CachedEmbedding, bind_optimizer, uncache
@@ -161,20 +160,6 @@ def test_statistics_count_hits_misses_evictions_and_bytes():
     assert table.slots.slot_of[3] == -1 and table.slots.slot_of[[1, 2, 4]].min() >= 0
 
 
-def test_lfu_keeps_the_frequent_row_that_lru_would_evict():
-    for policy, evicted in (("lru", 1), ("lfu", 2)):
-        slots = SlotMap(10, 2, policy)
-        for ids in ([1], [1], [1], [2], [3]):
-            slots.admit(np.array(ids), pin=False)
-        assert slots.slot_of[evicted] == -1 and slots.slot_of[3] >= 0
-
-
-def test_belady_on_the_textbook_trace():
-    trace = np.array([1, 2, 3, 4, 1, 2, 5, 1, 2, 3, 4, 5])
-    assert belady_hit_rate(trace, 3) == pytest.approx(5 / 12)  # MIN: 7 faults with 3 frames
-    assert belady_hit_rate(trace, 5) == pytest.approx(7 / 12)  # only the 5 first uses miss
-
-
 def test_a_row_written_back_after_prefetch_is_read_again():
     table = CachedEmbedding(N, D, cache_rows=50)
     table.prefetch(np.array([7, 8]))
@@ -259,23 +244,3 @@ def test_uncached_model_exports_and_predicts_what_the_cache_served(tmp_path):
 
     prefix = export_model(Wrapper(cached), [spec], tmp_path / "model")
     np.testing.assert_allclose(Predictor(prefix, device="cpu").run([ids]), expected, rtol=1e-6, atol=1e-6)
-
-
-@pytest.mark.parametrize("policy", ["lru", "lfu"])
-def test_victims_are_the_lowest_keys_a_full_search_would_pick(policy):
-    slots = SlotMap(5000, 300, policy)
-    evictions = 0
-    for step, batch in enumerate(zipf_batches(300, shape=(64,), seed=1)):
-        ids = np.unique(batch * 12 % 5000)
-        keys_before = slots.policy.keys.copy()
-        hit_slots = slots.slot_of[ids][slots.slot_of[ids] >= 0]
-        admission = slots.admit(ids, pin=step % 2 == 0)
-        if admission.evictions:
-            evictions += admission.evictions
-            victims = admission.new_slots[-admission.evictions:]  # after the slots that were still free
-            unprotected = np.delete(keys_before[: slots.capacity - len(admission.new_slots) + len(victims)],
-                                    hit_slots)
-            assert len(np.unique(admission.new_slots)) == len(admission.new_slots)
-            assert np.array_equal(np.sort(keys_before[victims]), np.sort(unprotected)[: len(victims)])
-        slots.end_step()
-    assert evictions > 500

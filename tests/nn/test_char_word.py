@@ -28,7 +28,7 @@ def char_means(layer):
 @pytest.mark.parametrize("fusion", ["gate", "concat", "add", "mean", "char"])
 def test_unknown_words_get_their_characters_and_never_the_unk_row(fusion):
     paddle.seed(0)
-    layer = CharWordEmbedding(WORDS, CHARS, DIM, fusion=fusion)
+    layer = CharWordEmbedding(WORDS, DIM, num_chars=CHARS, fusion=fusion)
     before = run(layer)
     if layer.words is not None:
         with paddle.no_grad():
@@ -46,7 +46,7 @@ def test_known_words_fuse_both_tables():
     paddle.seed(0)
     words = {}
     for fusion in ("word", "add", "mean", "gate"):
-        layer = CharWordEmbedding(WORDS, CHARS, DIM, fusion=fusion)
+        layer = CharWordEmbedding(WORDS, DIM, num_chars=CHARS, fusion=fusion)
         out = run(layer)
         c = char_means(layer)["iv"] if layer.chars is not None else None
         w = layer.words.weight.numpy()[7]
@@ -75,7 +75,7 @@ def test_masked_mean_ignores_padding_and_gives_zero_for_none():
 def test_text_classifier_round_trips_through_export_and_quantization(tmp_path):
     paddle.seed(1)
     fields = [FieldSpec("words", WORDS, 3), FieldSpec("chars", CHARS, 6)]
-    model = TextClassifier(WORDS, CHARS, 2, {"type": "dense", "dim": DIM}, fusion="gate", hidden_units=[8])
+    model = TextClassifier(fields, {"type": "dense", "dim": DIM}, fusion="gate", hidden_units=[8])
     model.eval()
     inputs = [WORD_IDS, CHAR_IDS.reshape(2, -1)]
     with paddle.no_grad():
@@ -84,7 +84,7 @@ def test_text_classifier_round_trips_through_export_and_quantization(tmp_path):
     np.testing.assert_allclose(Predictor(prefix, device="cpu").run(inputs), dygraph, rtol=1e-5, atol=1e-6)
 
     fp32_bytes = memory_report(model).held_bytes
-    model = TextClassifier(WORDS, CHARS, 2, {"type": "dense", "dim": DIM}, fusion="gate", hidden_units=[8])
+    model = TextClassifier(fields, {"type": "dense", "dim": DIM}, fusion="gate", hidden_units=[8])
     model.eval()
     quantize(model, "int8")
     assert isinstance(model.embedding.words, QuantizedEmbedding) and isinstance(model.embedding.chars,
@@ -99,8 +99,8 @@ def test_text_classifier_round_trips_through_export_and_quantization(tmp_path):
 
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="fusion = 'sum'; expected one of 'gate', 'concat'"):
-        CharWordEmbedding(WORDS, CHARS, DIM, fusion="sum")
-    with pytest.raises(ValueError, match="char_vocab_size = 1 must be >= 2"):
-        CharWordEmbedding(WORDS, 1, DIM)
+        CharWordEmbedding(WORDS, DIM, num_chars=CHARS, fusion="sum")
+    with pytest.raises(ValueError, match="num_chars = 1 must be an integer >= 2"):
+        CharWordEmbedding(WORDS, DIM, num_chars=1)
     with pytest.raises(IndexError, match="id 50 is out of range"):
-        run(CharWordEmbedding(WORDS, CHARS, DIM), word_ids=np.array([[50, 0, 0], [1, 0, 0]]))
+        run(CharWordEmbedding(WORDS, DIM, num_chars=CHARS), word_ids=np.array([[50, 0, 0], [1, 0, 0]]))

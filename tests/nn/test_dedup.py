@@ -56,7 +56,7 @@ def test_no_deduplication_without_gradient_or_when_turned_off():
 def layers():
     frequencies = np.arange(200)[::-1].astype(float)
     return {"dense": lambda: DenseEmbedding(200, 8, padding_idx=0, init_std=0.5),
-            "hash": lambda: HashEmbedding(37, 8, padding_idx=0),
+            "hash": lambda: HashEmbedding(37, 8, 37, padding_idx=0),
             "qr": lambda: QREmbedding(200, 8, 15, padding_idx=0),
             "mixed_dim": lambda: MixedDimEmbedding(200, 8, frequencies, padding_idx=0),
             "cached": lambda: CachedEmbedding(200, 8, cache_rows=120, padding_idx=0, init_std=0.5),

@@ -1,6 +1,3 @@
-import subprocess
-import sys
-
 import numpy as np
 import paddle
 import pytest
@@ -15,7 +12,7 @@ from conftest import ROOT
 
 def test_tasks_share_one_table_and_start_from_the_same_vectors():
     table = DenseEmbedding(50, 4, padding_idx=0, init_std=0.5)
-    shared = MultiTaskEmbedding(table, ["click", "rating"])
+    shared = MultiTaskEmbedding(50, 4, ["click", "rating"], table=table)
     ids = paddle.to_tensor([1, 7, 0])
     np.testing.assert_allclose(shared.for_task(ids, "click").numpy(), table(ids).numpy(), rtol=1e-6)
     np.testing.assert_array_equal(shared(ids).numpy(), table(ids).numpy())
@@ -25,7 +22,7 @@ def test_tasks_share_one_table_and_start_from_the_same_vectors():
     with pytest.raises(KeyError, match="unknown task 'ctr'; tasks: click, rating"):
         shared.for_task(ids, "ctr")
     with pytest.raises(ValueError, match="distinct names"):
-        MultiTaskEmbedding(table, ["a", "a"])
+        MultiTaskEmbedding(50, 4, ["a", "a"], table=table)
 
 
 def test_the_shared_table_is_counted_once():
@@ -37,16 +34,6 @@ def test_the_shared_table_is_counted_once():
     assert report.held_bytes == report.estimated_bytes == tables + adapters
     click, rating = model([paddle.to_tensor([1, 2]), paddle.to_tensor([3, 4])])
     assert click.shape == [2] and rating.shape == [2]
-
-
-def test_the_movielens_multitask_example_learns_both_tasks():
-    result = subprocess.run([sys.executable, str(ROOT / "examples" / "movielens_multitask.py"), "--epochs", "1",
-                             "--dtype", "int8"], capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-2000:]
-    lines = result.stdout.strip().splitlines()
-    assert float(lines[-2].split()[-1]) > 0.75   # test click auc
-    assert float(lines[-1].split()[-1]) < 1.0    # test rating rmse (predicting the mean gives 1.13)
-    assert "int8" in result.stdout
 
 
 def test_the_engine_trains_both_tasks_from_a_config_and_exports_the_click_head(tmp_path):
@@ -69,7 +56,7 @@ def test_the_engine_trains_both_tasks_from_a_config_and_exports_the_click_head(t
     click, rating = engine.model([batch[f.name] for f in engine.fields])
     expected = (paddle.nn.functional.binary_cross_entropy_with_logits(click, batch["label"])
                 + 0.5 * paddle.nn.functional.mse_loss(rating, batch["rating"].astype("float32")))
-    assert float(engine._loss((click, rating), batch)) == pytest.approx(float(expected), rel=1e-6)
+    assert float(engine.model.create_loss((click, rating), batch)) == pytest.approx(float(expected), rel=1e-6)
     prefix = export_model(engine.model, input_specs(engine.fields), tmp_path / "inference" / "model")
     logits = Predictor(prefix).run([engine.splits.test.ids[f.name][:256] for f in engine.fields])
     np.testing.assert_allclose(1 / (1 + np.exp(-logits)), engine.predict(engine.splits.test)[:256], atol=1e-5)

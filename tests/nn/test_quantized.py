@@ -133,7 +133,7 @@ def test_adagrad_row_state_is_one_float_per_row_and_counted():
 
 
 def test_bad_arguments_name_the_layer_and_what_is_allowed():
-    with pytest.raises(ValueError, match="dtype = 'int3' is not supported; supported: fp16, bf16"):
+    with pytest.raises(ValueError, match="storage_format = 'int3' is not supported; supported: fp16, bf16"):
         QuantizedEmbedding(10, 4, "int3")
     with pytest.raises(ValueError, match="mode = 'fast' is not supported"):
         QuantizedEmbedding(10, 4, "int8", mode="fast")

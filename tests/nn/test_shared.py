@@ -20,19 +20,19 @@ EXTREME_IDS = np.array([0, 1, 2, -1, -5, 65535, 65536, 2**31 - 1, 2**32 + 7, 2**
 
 
 def test_hash_buckets_match_the_reference_for_any_int64():
-    layer = HashEmbedding(1000, 8, num_hashes=3)
+    layer = HashEmbedding(1000, 8, 1000, num_hashes=3)
     buckets = layer.bucket_ids(paddle.to_tensor(EXTREME_IDS)).numpy()
     np.testing.assert_array_equal(buckets, hash_ids_numpy(EXTREME_IDS, layer.coefficients.numpy(), 1000))
     assert buckets.min() >= 0 and buckets.max() < 1000
     spread = hash_ids_numpy(np.arange(100_000), layer.coefficients.numpy(), 1000)[:, 0]
     counts = np.bincount(spread, minlength=1000)
     assert counts.min() > 50 and counts.max() < 160  # about 100 ids per bucket
-    assert HashEmbedding(1000, 8, num_hashes=3, seed=0).coefficients.numpy().tolist() == \
+    assert HashEmbedding(1000, 8, 1000, num_hashes=3, seed=0).coefficients.numpy().tolist() == \
         layer.coefficients.numpy().tolist()  # fixed seed: the same hashes in every process
 
 
 def test_hash_is_identical_in_dygraph_to_static_and_inference(tmp_path):
-    layer = HashEmbedding(50, 4, num_hashes=2, padding_idx=0)
+    layer = HashEmbedding(50, 4, 50, num_hashes=2, padding_idx=0)
     layer.eval()
     ids = paddle.to_tensor(EXTREME_IDS)
     eager = layer.bucket_ids(ids).numpy()
@@ -55,7 +55,7 @@ def test_hash_is_identical_in_dygraph_to_static_and_inference(tmp_path):
 
 @pytest.mark.parametrize("combine", ["sum", "mean", "concat"])
 def test_hash_combines_its_rows(combine):
-    layer = HashEmbedding(97, 6, num_hashes=3, combine=combine, padding_idx=-1, init_std=1.0)
+    layer = HashEmbedding(97, 6, 97, num_hashes=3, combine=combine, padding_idx=-1, init_std=1.0)
     ids = np.array([5, -1, 2**40], dtype=np.int64)
     out = layer(paddle.to_tensor(ids)).numpy()
     rows = layer.table.weight.numpy()[hash_ids_numpy(ids, layer.coefficients.numpy(), 97)]
@@ -111,7 +111,7 @@ def test_mixed_dim_updates_only_the_rows_looked_up():
 
 
 @pytest.mark.parametrize("make", [
-    lambda: HashEmbedding(300, 8, padding_idx=0),
+    lambda: HashEmbedding(300, 8, 300, padding_idx=0),
     lambda: QREmbedding(5000, 8, num_collisions=70, padding_idx=0),
     lambda: MixedDimEmbedding(5000, 8, np.random.default_rng(0).zipf(1.5, 5000).astype(float), padding_idx=0)])
 def test_bytes_are_exact_and_quantize_reaches_the_inner_tables(make):
@@ -173,7 +173,7 @@ def test_a_fused_export_without_the_kernels_is_refused_clearly(tmp_path, monkeyp
 
     monkeypatch.setattr(paddle_edo.export, "fused_ops", lambda: None)  # no C++ compiler here, say
     with pytest.raises(RuntimeError, match="export.fused_kernels = true, but paddle_edo's kernels cannot be built"):
-        export_model(HashEmbedding(10, 4), [paddle.static.InputSpec([None], "int64")], tmp_path / "m",
+        export_model(HashEmbedding(10, 4, 10), [paddle.static.InputSpec([None], "int64")], tmp_path / "m",
                      fused_kernels=True)
 
 
@@ -183,16 +183,16 @@ def test_bad_arguments_name_the_argument():
     with pytest.raises(ValueError, match="operation = 'div'"):
         QREmbedding(100, 8, operation="div")
     with pytest.raises(ValueError, match="num_hashes = 0"):
-        HashEmbedding(100, 8, num_hashes=0)
+        HashEmbedding(100, 8, 100, num_hashes=0)
     with pytest.raises(ValueError, match="divisible by num_hashes"):
-        HashEmbedding(100, 9, num_hashes=2, combine="concat")
+        HashEmbedding(100, 9, 100, num_hashes=2, combine="concat")
     with pytest.raises(ValueError, match=r"frequencies has shape \(99,\), expected \(100,\)"):
         MixedDimEmbedding(100, 8, np.ones(99))
     with pytest.raises(IndexError, match="id -3 is out of range"):
         QREmbedding(100, 8)(paddle.to_tensor([-3]))
     with pytest.raises(TypeError, match="int32 or int64"):
-        HashEmbedding(100, 8)(paddle.to_tensor([1.0]))
-    HashEmbedding(100, 8)(paddle.to_tensor([-(2**63), 2**63 - 1]))  # any int64 is fine
+        HashEmbedding(100, 8, 100)(paddle.to_tensor([1.0]))
+    HashEmbedding(100, 8, 100)(paddle.to_tensor([-(2**63), 2**63 - 1]))  # any int64 is fine
 
 
 def test_mixed_dim_from_config_uses_training_frequencies(tmp_path):
@@ -260,9 +260,9 @@ def test_clustered_from_config_trains_full_then_packs_at_the_end(tmp_path):
     lambda: QREmbedding(5000, 8, num_collisions=70, operation="mult", padding_idx=3),
     lambda: QREmbedding(5000, 8, num_collisions=70, operation="add"),
     lambda: QREmbedding(5000, 8, num_collisions=70, operation="concat"),
-    lambda: HashEmbedding(500, 8, num_hashes=2, combine="sum", padding_idx=5),
-    lambda: HashEmbedding(500, 8, num_hashes=3, combine="mean"),
-    lambda: HashEmbedding(500, 8, num_hashes=2, combine="concat", padding_idx=-7),
+    lambda: HashEmbedding(500, 8, 500, num_hashes=2, combine="sum", padding_idx=5),
+    lambda: HashEmbedding(500, 8, 500, num_hashes=3, combine="mean"),
+    lambda: HashEmbedding(500, 8, 500, num_hashes=2, combine="concat", padding_idx=-7),
     lambda: MixedDimEmbedding(5000, 16, np.random.default_rng(1).random(5000), padding_idx=0),
     lambda: MixedDimEmbedding(5000, 16, np.random.default_rng(1).random(5000), num_blocks=3, min_dim=16)],
     ids=["qr-mult", "qr-add", "qr-concat", "hash-sum", "hash-mean", "hash-concat", "mixed", "mixed-full-width"])

@@ -16,7 +16,7 @@ from paddle_edo.export import Predictor, export_model, input_specs
 from paddle_edo.models import DeepFM
 from paddle_edo.nn import DenseEmbedding, QuantizedEmbedding, bind_optimizer, uncache
 from paddle_edo.nn.cached import load_model_with_caches
-from paddle_edo.nn.registry import EMBEDDINGS
+from paddle_edo.nn.registry import field_tables
 
 
 class Head(paddle.nn.Layer):
@@ -76,9 +76,9 @@ def train_step(model, run, opt, ids):
     return out.numpy()
 
 
-def test_the_matrix_covers_every_registered_layer():
+def test_the_matrix_covers_every_field_table():
     kinds = {type(factory()).registry_name for factory in LAYERS.values()}
-    assert kinds | STATIC_ONLY == set(EMBEDDINGS)
+    assert kinds | STATIC_ONLY == set(field_tables())
 
 
 @pytest.mark.parametrize("kind", list(LAYERS))
@@ -202,10 +202,10 @@ FIELDS = [FieldSpec("user", 300), FieldSpec("item", 500), FieldSpec("genres", 20
 
 def test_deepfm_with_int8_tables_under_default_to_static_trains_saves_and_serves(tmp_path):
     paddle.seed(3)
-    model = DeepFM(FIELDS, {"type": "quantized", "dtype": "int8", "mode": "qat", "dim": 8, "sparse": True,
+    model = DeepFM(FIELDS, {"type": "quantized", "storage_format": "int8", "mode": "qat", "dim": 8, "sparse": True,
                             "init_std": 0.1}, hidden_units=[16, 8])
     paddle.seed(3)
-    twin = DeepFM(FIELDS, {"type": "quantized", "dtype": "int8", "mode": "qat", "dim": 8, "sparse": True,
+    twin = DeepFM(FIELDS, {"type": "quantized", "storage_format": "int8", "mode": "qat", "dim": 8, "sparse": True,
                            "init_std": 0.1}, hidden_units=[16, 8])
     twin.set_state_dict(model.state_dict())
     rng = np.random.default_rng(1)

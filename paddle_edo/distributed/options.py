@@ -1,0 +1,78 @@
+"""The ``distributed`` config section (parameter servers, collective ranks) and what it refuses."""
+from __future__ import annotations
+
+from typing import Any
+
+import paddle
+
+from ..nn import EMBEDDINGS
+from ..schema import ConfigError, Option
+from .admission import RULES as ADMISSION_RULES
+
+SGD_RULES = {"adam": ("SparseAdamSGDRule", "adam"), "adagrad": ("SparseAdaGradSGDRule", "adagrad"),
+             "sgd": ("SparseNaiveSGDRule", "naive")}
+PS_EMBEDDINGS = ("dense", "hash", "qr")
+
+DISTRIBUTED_OPTIONS: dict[str, Option] = {
+    "mode": Option("none", str, choices=("none", "ps", "collective"),
+                   doc="ps: Fleet parameter servers; collective: DataParallel (under paddle.distributed.launch)"),
+    "ps_mode": Option("async", str, choices=("async", "geo", "sync"), doc="sync is refused (segfaults in 2.6.2)"),
+    "k_steps": Option(100, int, low=1, doc="geo: local steps between pushes"),
+    "pull_dense_every": Option(10, int, low=1, doc="async: steps between pulls of the dense parameters"),
+    # feature admission and table kind: the PS table layer's own options
+    **{k: v for k, v in EMBEDDINGS["ps_sparse"].config_options.items() if k != "geo"},
+    "show_click_threshold": Option(10.0, float, low=0.0,
+                                   doc="entry show_click: the score an id needs (Paddle's embedx_threshold)"),
+    "nonclick_coeff": Option(0.1, float, low=0.0, doc="entry show_click: score of a show without a click"),
+    "click_coeff": Option(1.0, float, low=0.0, doc="entry show_click: score of a click"),
+    "sparse_learning_rate": Option(None, float, low=0.0, nullable=True,
+                                   doc="servers' rate for the tables (default: the tables' rate)"),
+    "shard_num": Option(4, int, low=1, doc="shards per sparse table on the servers"),
+    "timeout_s": Option(1800, int, low=10, doc="every process of the job exits non-zero after this long"),
+    "init_timeout_s": Option(120, int, low=10,
+                             doc="a trainer whose fleet.init_worker() has not returned after this long exits "
+                                 "non-zero"),
+}
+
+
+def check_distributed_config(config: dict[str, Any]) -> None:
+    """Refuse distributed settings the chosen mode cannot train with."""
+    mode = config["distributed"]["mode"]
+    if mode == "ps":
+        check_ps_config(config)
+    if mode == "collective" and config["embedding"]["sparse"]:
+        raise ConfigError("distributed.mode = 'collective' needs embedding.sparse = false: Paddle 2.6.2's "
+                          "DataParallel does not all-reduce sparse embedding gradients on CPU (the ranks' "
+                          "tables drift apart silently); or use distributed.mode = 'ps'")
+    if config["train"]["to_static"] and mode != "none":
+        raise ConfigError(f"train.to_static = true works with distributed.mode = 'none', not {mode!r} (parameter "
+                          f"servers build their own static program; collective ranks train in dynamic graph)")
+
+
+def check_ps_config(config: dict[str, Any]) -> None:
+    distributed = config["distributed"]
+    if distributed["ps_mode"] == "sync":
+        raise ConfigError("distributed.ps_mode = 'sync' is refused: on Paddle 2.6.2 synchronous parameter-server "
+                          "training segfaults in SendBarrierOp on its first step; use 'async' or 'geo', or "
+                          "distributed.mode = 'collective' for synchronous data-parallel training")
+    if distributed["entry"] in ADMISSION_RULES:  # applied by the trainers: the 2.6.2 servers ignore entries
+        if config["embedding"]["type"] != "dense":
+            raise ConfigError(f"distributed.entry = {distributed['entry']!r} needs embedding.type = 'dense', not "
+                              f"{config['embedding']['type']!r}: with hash or qr, ids share rows anyway")
+    if config["embedding"]["type"] not in PS_EMBEDDINGS:
+        raise ConfigError(f"embedding.type = {config['embedding']['type']!r} cannot be used with distributed.mode = "
+                          f"'ps'; expected one of {', '.join(map(repr, PS_EMBEDDINGS))} (the servers hold plain "
+                          f"tables; hash and qr map ids to their rows before the lookup)")
+    if config["train"]["optimizer"] not in SGD_RULES:
+        raise ConfigError(f"train.optimizer = {config['train']['optimizer']!r} has no parameter-server rule; "
+                          f"expected one of {', '.join(map(repr, SGD_RULES))}")
+    if config["train"]["amp"]["enable"]:
+        raise ConfigError("train.amp.enable = true is not supported with distributed.mode = 'ps'")
+    if config["model"]["name"] != "deepfm":
+        raise ConfigError(f"model.name = {config['model']['name']!r} is not supported with distributed.mode = "
+                          f"'ps'; parameter-server jobs train 'deepfm'")
+    core = paddle.base.core
+    if not (core.is_compiled_with_distribute() and hasattr(core, "DistFleetWrapper")):
+        raise ConfigError(f"distributed.mode = 'ps' needs a Paddle build with parameter-server support; this "
+                          f"paddle {paddle.__version__} has none (the 3.x CPU wheels on PyPI lack it): install "
+                          f"paddlepaddle==2.6.2")
