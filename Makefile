@@ -1,11 +1,15 @@
 # Two commands for a fresh machine with python3 and pip:  make demo   and   make test
+# The platform is Paddle 2.6.2 (.venv); `make test` runs the suite on it and again on Paddle 3.3.1 (.venv-paddle3).
 PYTHON ?= python3
 VENV ?= .venv
+VENV3 ?= .venv-paddle3
 PY := $(VENV)/bin/python
+PY3 := $(VENV3)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt setup.py | cksum | cut -d' ' -f1)
+STAMP3 := $(VENV3)/.installed-$(shell cat requirements-paddle3.txt setup.py | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup data kernels demo test clean
+.PHONY: setup setup-paddle3 data kernels demo test test-paddle26 test-paddle3 clean
 
 $(STAMP): requirements.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +18,14 @@ $(STAMP): requirements.txt setup.py
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-# the tests also cover the paddlenlp interop (extra `nlp`)
+$(STAMP3): requirements-paddle3.txt setup.py
+	$(PYTHON) -m venv $(VENV3)
+	$(PY3) -m pip install --disable-pip-version-check -q -r requirements-paddle3.txt
+	$(PY3) -m pip install --disable-pip-version-check -q --no-deps -e .
+	rm -f $(VENV3)/.installed-*
+	touch $(STAMP3)
+
+# the tests also cover the paddlenlp interop (extra `nlp`, beside Paddle 2.6 only)
 TEST_STAMP := $(VENV)/.installed-nlp-$(shell cat requirements.txt setup.py | cksum | cut -d' ' -f1)
 
 $(TEST_STAMP): $(STAMP)
@@ -22,6 +33,8 @@ $(TEST_STAMP): $(STAMP)
 	touch $(TEST_STAMP)
 
 setup: $(STAMP)
+
+setup-paddle3: $(STAMP3)
 
 data: $(STAMP)
 	$(PY) tools/get_data.py movielens
@@ -33,8 +46,14 @@ kernels: $(STAMP)
 demo: data kernels
 	$(PY) tools/train.py -c configs/movielens_dense.yaml
 
-test: data kernels $(TEST_STAMP)
+test: test-paddle26 test-paddle3
+
+test-paddle26: data kernels $(TEST_STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
 
+test-paddle3: data $(STAMP3)
+	$(PY3) -m paddle_edo.kernels
+	$(PY3) -m pytest -q $(PYTEST_ARGS) tests
+
 clean:
-	rm -rf $(VENV) output .pytest_cache
+	rm -rf $(VENV) $(VENV3) output .pytest_cache

@@ -13,17 +13,22 @@ setup(
     package_data={"paddle_edo.kernels": ["lookups.cc", "quantized.cc", "bags.cc", "fake_quant.cc",
                                           "unique_ids.cc", "row_norms.cc", "packed_rows.h"]},
     python_requires=">=3.8",
-    # Paddle itself is an extra: the CPU and GPU builds are different packages that must not both install.
+    # Paddle itself is an extra: the CPU and GPU builds are different packages that must not both install,
+    # and an environment that has a Paddle keeps it (with its numpy and protobuf). The pins Paddle 2.6.2
+    # needs come with its extras only.
     install_requires=[
-        "numpy<2",
-        "protobuf<5",  # protobuf 5+ breaks fleet.DistributedStrategy
+        "numpy",
         "PyYAML>=5.4",
-        "visualdl==2.5.3",
+        "visualdl==2.5.3",  # imports beside Paddle 3.3.1, numpy 2 and protobuf 7 too (measured)
         "jieba==0.42.1",
     ],
     extras_require={
-        "cpu": ["paddlepaddle==2.6.2"],
-        "gpu": ["paddlepaddle-gpu==2.6.2"],
+        # protobuf 5+ breaks 2.6.2's fleet.DistributedStrategy; numpy 2 breaks its wheels
+        "paddle26": ["paddlepaddle==2.6.2", "numpy<2", "protobuf<5"],
+        "paddle26-gpu": ["paddlepaddle-gpu==2.6.2", "numpy<2", "protobuf<5"],
+        "paddle3": ["paddlepaddle>=3.0"],  # everything but parameter servers (CPU wheels from 3.1.1 on lack them)
+        "cpu": ["paddlepaddle==2.6.2", "numpy<2", "protobuf<5"],  # the old names of the paddle26 extras
+        "gpu": ["paddlepaddle-gpu==2.6.2", "numpy<2", "protobuf<5"],
         "test": ["pytest>=7"],
         "faiss": ["faiss-cpu"],  # ClusteredEmbedding's K-Means runs on faiss when present, numpy otherwise
         # paddlenlp 2.8.1 beside Paddle 2.6: newer releases of these break its import (zlib clashes with

@@ -5,8 +5,9 @@ Paddle ops, or paddle_edo's fused lookups), each checked against the dynamic-gra
 
 Trains DeepFM on MovieLens-100K (configs/movielens_int8.yaml: int8 tables trained with PTQ), exports
 it with ``paddle_edo.export.export_model`` (``paddle.jit.save`` under the hood) with packed tables, then
-decoded to fp32, serves the test split with ``Predictor`` and prints each export's bytes on disk, its
-largest difference from dygraph and ms a batch.
+decoded to fp32 (the program is ``model.json`` on Paddle 3, ``model.pdmodel`` on 2.6), serves the test
+split with ``Predictor`` and prints each export's bytes on disk, its largest difference from dygraph and
+ms a batch.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from paddle_edo import dequantize_model, load_config
 from paddle_edo.engine import Engine
-from paddle_edo.export import Predictor, export_model
+from paddle_edo.export import Predictor, export_model, program_file
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "movielens_int8.yaml"
 
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> dict:
                 dequantize_model(engine.model)  # the same values, decoded into fp32 tables
             folder = output / name.replace(", ", "_").replace(" ", "_")
             prefix = export_model(engine.model, specs, folder / "model", fused_kernels=fused)
-            sizes = (prefix.with_suffix(".pdiparams").stat().st_size, prefix.with_suffix(".pdmodel").stat().st_size)
+            sizes = (prefix.with_suffix(".pdiparams").stat().st_size, program_file(prefix).stat().st_size)
             results[name] = (*sizes, *serve(prefix, inputs, expected))
     print(f"test split: {len(test)} rows in one batch")
     print("| export | parameters (B) | program (B) | largest difference from dygraph | ms a batch |")

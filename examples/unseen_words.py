@@ -32,7 +32,7 @@ def positive_probability(engine: Engine, sentence: str) -> tuple[float, list[str
     with paddle.no_grad():
         logit = engine.model([paddle.to_tensor(batch.word_ids), paddle.to_tensor(batch.char_ids.reshape(1, -1))])
     unseen = [w for w in encoder.tokenizer.cut(sentence) if w not in vocabularies["words"]]
-    return float(paddle.nn.functional.sigmoid(logit)), unseen
+    return paddle.nn.functional.sigmoid(logit).item(), unseen
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -1,4 +1,5 @@
-"""The ways Paddle runs a layer's code, and the Paddle behaviours the layers work around, in one place.
+"""The ways Paddle runs a layer's code, the Paddle behaviours the layers work around, and what differs
+between Paddle 2.6.2 and 3.x, in one place.
 
 Three ways run a layer's Python code:
   - dynamic graph: tensors hold values;
@@ -9,6 +10,11 @@ Three ways run a layer's Python code:
 Measured on Paddle 2.6.2: a sparse (SelectedRows) parameter gradient produced inside a to_static program
 is dropped in both modes, so a table with ``sparse=True`` never trains there (``paddle.nn.Embedding`` too,
 once SOT really compiles its graph rather than falling back for graphs under 10 ops).
+
+Between 2.6.2 and 3.3.1 (measured on both): ``paddle.round`` rounds ties away from zero on 2.6.2 and to even
+on 3.x (``round_half_away``); a tensor divided by a Python number is multiplied by the number's fp32
+reciprocal on 2.6.2 and divided on 3.x (the codecs multiply by the reciprocal explicitly); the CPU wheels
+on PyPI carry parameter servers up to 3.1.0 only (``has_parameter_servers``).
 """
 from __future__ import annotations
 
@@ -54,3 +60,25 @@ def sparse_gradient(sparse: bool) -> bool:
     would drop it (see above). There the table takes a dense gradient (a table-sized tensor, as Paddle 3's
     PIR programs give), so it trains; parameter-server programs keep their sparse tables."""
     return sparse and not paddle.base.dygraph.base.in_to_static_mode()
+
+
+def round_half_away(x: paddle.Tensor) -> paddle.Tensor:
+    """Round to the nearest integer, ties away from zero, on every Paddle: ``paddle.round`` does so on
+    2.6.2 but rounds ties to even from 3.x on. The codecs' packed rows, and the kernels that reproduce
+    them bit for bit, use this rounding. (x - trunc(x) is exact in fp32, so the ties are found exactly.)"""
+    whole = paddle.trunc(x)
+    tie = paddle.abs(x - whole) == 0.5
+    return paddle.where(tie, whole + paddle.sign(x), paddle.round(x))
+
+
+PIR_PROGRAMS = int(paddle.__version__.split(".")[0]) >= 3  # jit.save writes, and Paddle Inference reads, PIR
+
+
+def has_parameter_servers() -> bool:
+    """Whether this Paddle build can run Fleet parameter-server jobs: 2.6.2's wheels and the 3.x builds
+    with PS support; the CPU wheels on PyPI from 3.1.1 on carry none."""
+    core = paddle.base.core
+    return bool(core.is_compiled_with_distribute() and hasattr(core, "DistFleetWrapper"))
+
+
+PARAMETER_SERVER_BUILDS = "paddlepaddle==2.6.2 (CPU or GPU), or a Paddle 3 build with parameter-server support"

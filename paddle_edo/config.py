@@ -142,7 +142,7 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (),
 
 
 def export_prefix(config: dict[str, Any]) -> Path:
-    """Path prefix of the exported model (``.pdmodel`` / ``.pdiparams`` are added)."""
+    """Path prefix of the exported model (``.pdiparams`` and ``.json`` or ``.pdmodel`` are added)."""
     folder = config["export"]["dir"] or str(Path(config["train"]["output_dir"]) / "inference")
     return Path(folder) / "model"
 

@@ -7,10 +7,12 @@ from typing import Sequence
 import numpy as np
 import paddle
 
+from .compat import PIR_PROGRAMS
 from .data.ctr import FieldSpec
 from .errors import EdoFileNotFoundError, EdoRuntimeError, EdoValueError
 from .kernels import fused_ops, fused_static_programs
 
+PROGRAM_SUFFIXES = (".json", ".pdmodel")  # what paddle.jit.save writes: a PIR program (Paddle 3), a legacy one (2.6)
 FUSED_OPS = ("edo_hash_lookup", "edo_qr_lookup", "edo_mixed_dim_lookup", "edo_quantized_lookup",
              "edo_bag_pool", "edo_packed_bag_pool")  # the custom operators of kernels/lookups.cc
 
@@ -30,7 +32,8 @@ def to_static(model: paddle.nn.Layer, specs: Sequence[paddle.static.InputSpec]) 
 
 def export_model(model: paddle.nn.Layer, specs: Sequence[paddle.static.InputSpec], path_prefix: str | Path,
                  fused_kernels: bool = False) -> Path:
-    """Save ``<prefix>.pdmodel`` / ``.pdiparams`` for Paddle Inference; returns the prefix.
+    """Save the model for Paddle Inference: ``<prefix>.pdiparams`` and the program, ``<prefix>.json`` on
+    Paddle 3 (PIR) or ``<prefix>.pdmodel`` on 2.6 (``program_file`` says which); returns the prefix.
     ``fused_kernels``: the shared tables' lookups are paddle_edo's fused CPU kernels (custom operators)
     in the saved program, as in dygraph serving; the model then runs on the CPU, in a process that loads
     paddle_edo's kernels (``Predictor`` does). Without, it needs nothing but Paddle."""
@@ -39,14 +42,27 @@ def export_model(model: paddle.nn.Layer, specs: Sequence[paddle.static.InputSpec
                               "compiler?); run `python -m paddle_edo.kernels` to see why, or export without them")
     path_prefix = Path(path_prefix)
     path_prefix.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in PROGRAM_SUFFIXES:  # an earlier export's program of the other kind would be found first
+        path_prefix.with_name(path_prefix.name + suffix).unlink(missing_ok=True)
     with fused_static_programs(fused_kernels):
         paddle.jit.save(to_static(model, specs), str(path_prefix))
     return path_prefix
 
 
-def uses_fused_kernels(model_file: str | Path) -> bool:
-    """Whether a saved program holds paddle_edo's fused lookup operators."""
-    program = Path(model_file).read_bytes()
+def program_file(path_prefix: str | Path) -> Path:
+    """The program an export wrote beside ``path_prefix``: ``.json`` (PIR) or ``.pdmodel`` (legacy)."""
+    path_prefix = Path(path_prefix)
+    for suffix in PROGRAM_SUFFIXES:
+        path = path_prefix.with_name(path_prefix.name + suffix)
+        if path.is_file():
+            return path
+    raise EdoFileNotFoundError(f"no exported model at {path_prefix} (neither {path_prefix.name}.json nor "
+                               f"{path_prefix.name}.pdmodel); run tools/export_model.py first")
+
+
+def uses_fused_kernels(path_prefix: str | Path) -> bool:
+    """Whether the program saved at ``path_prefix`` holds paddle_edo's fused lookup operators."""
+    program = program_file(path_prefix).read_bytes()
     return any(op.encode() in program for op in FUSED_OPS)
 
 
@@ -57,10 +73,12 @@ class Predictor:
         from paddle import inference
 
         path_prefix = Path(path_prefix)
-        model_file, params_file = path_prefix.with_suffix(".pdmodel"), path_prefix.with_suffix(".pdiparams")
-        if not model_file.is_file():
-            raise EdoFileNotFoundError(f"no exported model at {model_file}; run tools/export_model.py first")
-        fused = uses_fused_kernels(model_file)
+        model_file = program_file(path_prefix)
+        if model_file.suffix == ".json" and not PIR_PROGRAMS:
+            raise EdoRuntimeError(f"{model_file} is a Paddle 3 (PIR) program, which Paddle {paddle.__version__} "
+                                  f"cannot read; serve it with Paddle 3, or export the model again with this Paddle")
+        params_file = path_prefix.with_name(path_prefix.name + ".pdiparams")
+        fused = uses_fused_kernels(path_prefix)
         if fused:
             if device == "gpu":
                 raise EdoValueError(f"{model_file} was exported with export.fused_kernels = true: paddle_edo's fused "
@@ -76,7 +94,8 @@ class Predictor:
             config.enable_use_gpu(256, 0)
         else:
             config.disable_gpu()
-            config.set_cpu_math_library_num_threads(num_threads)
+            config.disable_mkldnn()  # Paddle 3's oneDNN passes change the arithmetic: the served values would
+            config.set_cpu_math_library_num_threads(num_threads)  # differ from dygraph's (measured: 1e-3)
         config.disable_glog_info()
         self.predictor = inference.create_predictor(config)
         self.input_names = self.predictor.get_input_names()

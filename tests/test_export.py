@@ -5,7 +5,8 @@ import pytest
 
 from paddle_edo import quantize
 from paddle_edo.data import FieldSpec
-from paddle_edo.export import Predictor, export_model, input_specs, to_static
+from paddle_edo.compat import PIR_PROGRAMS
+from paddle_edo.export import Predictor, export_model, input_specs, program_file, to_static
 from paddle_edo.models import DeepFM
 from paddle_edo.nn import QuantizedEmbedding
 from paddle_edo.quant import FORMATS
@@ -68,3 +69,18 @@ def test_predictor_checks_its_inputs(tmp_path):
         Predictor(prefix).run(inputs()[:1])
     with pytest.raises(FileNotFoundError, match="run tools/export_model.py"):
         Predictor(tmp_path / "none")
+
+
+def test_an_export_replaces_a_program_of_the_other_kind(tmp_path):
+    kind, other = (".json", ".pdmodel") if PIR_PROGRAMS else (".pdmodel", ".json")
+    (tmp_path / f"model{other}").write_text("an export of the other Paddle")
+    prefix = export_model(model({"type": "dense"}), input_specs(FIELDS), tmp_path / "model")
+    assert program_file(prefix) == tmp_path / f"model{kind}" and not (tmp_path / f"model{other}").exists()
+
+
+@pytest.mark.skipif(PIR_PROGRAMS, reason="this Paddle reads PIR programs")
+def test_a_paddle_3_program_is_refused_clearly_by_paddle_2(tmp_path):
+    (tmp_path / "model.json").write_text("{}")
+    (tmp_path / "model.pdiparams").write_bytes(b"")
+    with pytest.raises(RuntimeError, match=r"model.json is a Paddle 3 \(PIR\) program, which Paddle 2.6.2 cannot"):
+        Predictor(tmp_path / "model")

@@ -4,7 +4,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import warnings
 from typing import Any, Iterator
+
+# `import paddle` 3.x warns that ccache is missing (its extension builder's concern, not a user's)
+warnings.filterwarnings("ignore", message="No ccache found")
 
 
 def experiment_parser(doc: str | None) -> argparse.ArgumentParser:

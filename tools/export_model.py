@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
         from paddle_edo import load_config
         from paddle_edo.config import export_prefix
         from paddle_edo.engine import Engine
-        from paddle_edo.export import export_model, input_specs
+        from paddle_edo.export import export_model, input_specs, program_file
 
         config = load_config(args.config, args.override)
         engine = Engine(config)
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         prefix = export_model(engine.model, input_specs(engine.fields), export_prefix(config),
                               config["export"]["fused_kernels"])
         print(engine.memory_report())
-        print(f"exported {prefix}.pdmodel and {prefix}.pdiparams")
+        print(f"exported {program_file(prefix)} and {prefix}.pdiparams")
     return 0
 
 

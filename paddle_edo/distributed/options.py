@@ -5,6 +5,7 @@ from typing import Any
 
 import paddle
 
+from ..compat import PARAMETER_SERVER_BUILDS, has_parameter_servers
 from ..nn import EMBEDDINGS
 from ..schema import ConfigError, Option
 from .admission import RULES as ADMISSION_RULES
@@ -71,8 +72,7 @@ def check_ps_config(config: dict[str, Any]) -> None:
     if config["model"]["name"] != "deepfm":
         raise ConfigError(f"model.name = {config['model']['name']!r} is not supported with distributed.mode = "
                           f"'ps'; parameter-server jobs train 'deepfm'")
-    core = paddle.base.core
-    if not (core.is_compiled_with_distribute() and hasattr(core, "DistFleetWrapper")):
+    if not has_parameter_servers():
         raise ConfigError(f"distributed.mode = 'ps' needs a Paddle build with parameter-server support; this "
-                          f"paddle {paddle.__version__} has none (the 3.x CPU wheels on PyPI lack it): install "
-                          f"paddlepaddle==2.6.2")
+                          f"paddle {paddle.__version__} has none (the CPU wheels on PyPI lack it from 3.1.1 on): "
+                          f"install {PARAMETER_SERVER_BUILDS}")

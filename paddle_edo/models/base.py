@@ -28,6 +28,8 @@ class RecModel(paddle.nn.Layer):
     def __init__(self, fields: Sequence[FieldSpec]) -> None:
         super().__init__()
         self.fields = list(fields)
+        # read in forward: Paddle 3's SOT cannot simulate FieldSpec.multi_valued (a dataclass property)
+        self.bag_fields = frozenset(f.name for f in self.fields if f.multi_valued)
 
     @classmethod
     def from_config(cls, fields: Sequence[FieldSpec], config: dict[str, Any],

@@ -67,7 +67,7 @@ class DeepFM(RecModel):
 
     def _lookup(self, field: FieldSpec, table: EmbeddingBase, ids: paddle.Tensor) -> paddle.Tensor:
         """A field's vectors [B, D]: a multi-valued field's ids [B, L] pooled as a bag (padding id 0)."""
-        if not field.multi_valued:
+        if field.name not in self.bag_fields:
             return table(ids)
         return pooled_lookup(table, ids, mode=self.pooling, padding_idx=0, owner=f"DeepFM field '{field.name}'")
 

@@ -64,7 +64,7 @@ class ClickAndRating(RecModel):
         pooled = []
         for field, x in zip(self.fields, ids):
             vectors = self.embeddings[field.name].for_task(x, task)
-            if field.multi_valued:
+            if field.name in self.bag_fields:
                 count = paddle.clip((x != 0).astype(vectors.dtype).sum(axis=1, keepdim=True), min=1.0)
                 vectors = vectors.sum(axis=1) / count
             pooled.append(vectors)

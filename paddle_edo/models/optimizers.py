@@ -14,10 +14,10 @@ _CLASSES = {"adam": paddle.optimizer.Adam, "adagrad": paddle.optimizer.Adagrad, 
 
 def create_optimizer(train: dict[str, Any], model: paddle.nn.Layer | None = None) -> paddle.optimizer.Optimizer:
     """The optimizer of a validated ``train`` section. Given the model (dynamic graph), the embedding
-    tables form a parameter group with ``embedding_learning_rate``; without it (a static program, as
-    the parameter-server trainer builds) the optimizer takes the program's parameters, and the servers
-    apply their own rule to the tables. Adam is lazy: rows outside the batch keep their values, as
-    sparse gradients intend."""
+    tables form a parameter group with ``embedding_learning_rate``, and Adam is lazy: rows outside the
+    batch keep their values, as sparse gradients intend. Without it (the parameter-server trainer's static
+    program) the optimizer takes the program's parameters: the servers apply their own rule to the tables,
+    and a geo trainer's local copies train with Paddle's default (non-lazy) Adam, as they always have."""
     lr = train["learning_rate"]
     parameters = None
     if model is not None:
@@ -30,5 +30,5 @@ def create_optimizer(train: dict[str, Any], model: paddle.nn.Layer | None = None
                       if g["params"]]
     name = train["optimizer"]
     if name == "adam":
-        return paddle.optimizer.Adam(lr, parameters=parameters, lazy_mode=True)
+        return paddle.optimizer.Adam(lr, parameters=parameters, lazy_mode=model is not None)
     return _CLASSES[name](lr, parameters=parameters)

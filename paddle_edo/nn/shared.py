@@ -144,7 +144,7 @@ class HashEmbedding(CompositeEmbedding):
             # measured 42 ms against 14 ms for the adds (4096 x 26 ids, dim 64)
             out = paddle.add_n(self.table.lookup_columns(buckets))
             if self.combine == "mean":
-                out = out / float(self.num_hashes)
+                out = out * (1.0 / self.num_hashes)  # the fused kernel's arithmetic on every Paddle
         return self.zero_padding(ids, out)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import paddle
 import paddle.nn.functional as F
 
+from ..compat import round_half_away
 from .formats import QuantFormat
 
 # precision bits p and smallest normal exponent of the formats rows are rounded to
@@ -35,7 +36,7 @@ def round_to_float(x: paddle.Tensor, dtype: str, stochastic: bool = False) -> pa
         low = paddle.floor(scaled)
         grid = low + (paddle.rand(x.shape, dtype="float32") < scaled - low).astype("float32")
     else:
-        grid = paddle.round(scaled)
+        grid = round_half_away(scaled)
     return paddle.clip(grid * spacing, -limit, limit).astype(dtype)
 
 
@@ -73,13 +74,14 @@ def row_digits(rows: paddle.Tensor, fmt: QuantFormat, stochastic: bool = False
         return (paddle.sign(rows) * keep + 1.0).astype("int32"), scale
     levels = float(fmt.base - 1)
     bias = _fp16_round(rows.min(axis=1, keepdim=True), "down")
-    scale = _fp16_round((rows.max(axis=1, keepdim=True) - bias) / levels, "up")
+    # times the fp32 reciprocal, as Paddle 2.6 divides by a number (3.x divides): the same bits on both
+    scale = _fp16_round((rows.max(axis=1, keepdim=True) - bias) * (1.0 / levels), "up")
     safe = paddle.where(scale > 0, scale, paddle.ones_like(scale))
     position = (rows - bias) / safe
     if stochastic:
         position = paddle.floor(position + paddle.rand(position.shape, dtype="float32"))
     else:
-        position = paddle.round(position)
+        position = round_half_away(position)
     digits = paddle.clip(position, 0.0, levels).astype("int32")
     return digits, paddle.concat([scale, bias], axis=1)
 

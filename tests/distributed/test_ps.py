@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from paddle_edo.compat import PARAMETER_SERVER_BUILDS, has_parameter_servers
 from paddle_edo.config import load_config
 from paddle_edo.data import CTRBatches, load_dataset
 from paddle_edo.distributed.admission import FeatureAdmission
@@ -21,6 +22,8 @@ from paddle_edo.schema import ConfigError
 from conftest import ROOT
 
 CONFIG = ROOT / "configs" / "ps_movielens.yaml"
+needs_parameter_servers = pytest.mark.skipif(
+    not has_parameter_servers(), reason=f"this Paddle has no parameter servers; they run on {PARAMETER_SERVER_BUILDS}")
 
 
 def launch(out: Path, *overrides: str, log: str = "log") -> subprocess.Popen:
@@ -119,6 +122,7 @@ def single_process_run(data: str, tmp_path_factory) -> tuple[dict, Engine, dict]
     return _single_runs[data]
 
 
+@needs_parameter_servers
 @pytest.mark.parametrize("ps_mode, data", [("async", "movielens"), ("geo", "movielens"), ("async", "synthetic")])
 def test_a_ps_job_trains_like_one_process_and_ends_cleanly(tmp_path, tmp_path_factory, ps_mode, data):
     run_job(tmp_path / "ps", f"distributed.ps_mode={ps_mode}", *DATA[data], "monitor.enable=true")
@@ -143,6 +147,7 @@ def test_a_ps_job_trains_like_one_process_and_ends_cleanly(tmp_path, tmp_path_fa
 
 @pytest.mark.parametrize("compression", [["embedding.type=hash", "embedding.bucket_fraction=0.25"],
                                          ["embedding.type=qr", "embedding.num_collisions=8"]])
+@needs_parameter_servers
 def test_id_compression_maps_ids_before_the_servers_tables(tmp_path, compression):
     run_job(tmp_path, *compression)
     results = json.loads((tmp_path / "results.json").read_text())
@@ -158,6 +163,7 @@ def show_click_score(ids, labels, size):  # Paddle's default coefficients: 0.1 a
     return 0.1 * (np.bincount(ids, minlength=size) - clicks) + clicks
 
 
+@needs_parameter_servers
 def test_feature_admission_runs_on_the_trainers_and_serves_unadmitted_ids_as_unknown(tmp_path):
     # show_click here; count_filter and probability in the resume tests (jobs stopped after one epoch)
     admission = ["distributed.entry=show_click", "distributed.show_click_threshold=12.05"]
@@ -199,6 +205,7 @@ def replayed_admission(config: dict, rank: int, trainers: int = 2) -> dict[str, 
 
 @pytest.mark.parametrize("job", [["distributed.entry=count_filter", "distributed.count_filter=30"],
                                  ["distributed.ps_mode=geo", "distributed.entry=probability"]])
+@needs_parameter_servers
 def test_a_ps_job_resumes_from_its_epoch_checkpoint(tmp_path, job):
     run_job(tmp_path, *job, "train.epochs=1", log="log1")
     assert json.loads((tmp_path / "ps_checkpoint" / "state.json").read_text())["epoch"] == 1
@@ -227,6 +234,7 @@ def test_a_ps_job_resumes_from_its_epoch_checkpoint(tmp_path, job):
                                                                                                              "log3")
 
 
+@needs_parameter_servers
 def test_a_job_past_its_timeout_fails_and_says_which_processes_and_where_their_logs_are(tmp_path):
     # bounded by what it checks, not by this machine's speed today: the launcher reports that the job ran
     # past its timeout (how long its processes took to start under load is not the point)
@@ -261,6 +269,7 @@ def launched_process(out: Path, markers: tuple[bytes, ...]) -> int | None:
 @pytest.mark.parametrize("role, markers, log", [
     ("trainer 1", (b"TRAINING_ROLE=TRAINER", b"PADDLE_TRAINER_ID=1"), "workerlog.1"),
     ("server 0", (b"TRAINING_ROLE=PSERVER",), "serverlog.0")])
+@needs_parameter_servers
 def test_a_killed_process_fails_the_job_and_leaves_the_last_checkpoint_intact(tmp_path, role, markers, log):
     for attempt in range(2):  # once more if the job failed to start (see run_job)
         job = launch(tmp_path, "train.epochs=200", "distributed.timeout_s=45")
@@ -286,6 +295,7 @@ def test_a_killed_process_fails_the_job_and_leaves_the_last_checkpoint_intact(tm
     assert state["epoch"] >= 1 and len(state["history"]) == state["epoch"]
 
 
+@needs_parameter_servers
 def test_sync_mode_and_missing_launcher_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="ps_mode = 'sync' is refused: .* segfaults in SendBarrierOp"):
         load_config(CONFIG, ["distributed.ps_mode=sync"])
@@ -324,3 +334,12 @@ def test_a_process_past_its_bound_says_why_and_fails_unless_the_bound_was_cancel
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert stalled.returncode == -signal.SIGKILL  # the cancelled bound said nothing; the other ended the process
     assert stalled.stdout == "paddle_edo: trainer 0: fleet.init_worker() did not return; exiting\n"
+
+
+@pytest.mark.skipif(has_parameter_servers(), reason="this Paddle has parameter servers")
+def test_without_parameter_servers_a_ps_job_stops_at_start_naming_the_builds_that_have_them(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "train.py"), "-c", str(CONFIG), "-o",
+                             f"train.output_dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "needs a Paddle build with parameter-server support" in result.stderr
+    assert PARAMETER_SERVER_BUILDS in result.stderr

@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from paddle_edo.compat import PARAMETER_SERVER_BUILDS, has_parameter_servers
+
 from conftest import ROOT
 
 EXAMPLES = ROOT / "examples"
@@ -56,6 +58,7 @@ def test_a_cached_table_trains_as_the_resident_one():
     assert 0.0 < float(re.search(r"hit rate ([\d.]+)", output).group(1)) < 1.0
 
 
+@pytest.mark.skipif(not has_parameter_servers(), reason=f"parameter servers run on {PARAMETER_SERVER_BUILDS}")
 def test_a_parameter_server_job_serves_its_pulled_tables():
     output = run("parameter_server_job.py", "--epochs", "1")
     trainer, pulled = map(float, re.search(r"test AUC ([\d.]+); .* one process: ([\d.]+)", output).groups())

@@ -92,11 +92,12 @@ def train(name, deduplicate, optimizer, steps=6):
 def test_deduplicated_training_equals_training_on_every_lookup(name, optimizer):
     """Adam merges a gradient's duplicate rows in lookup order, as the deduplicated gather sums them: the
     same bits for one lookup per table. A hash table's two lookups are summed per column first, and SGD
-    applies duplicates one by one: the same to float rounding."""
+    applies duplicates one by one: the same to float rounding (Paddle 3 adds them in another order: 4e-5
+    relative after six steps of a QR table's products, seen)."""
     deduplicated, every_lookup = train(name, True, optimizer), train(name, False, optimizer)
     assert not np.array_equal(deduplicated[0], train(name, True, optimizer, steps=0)[0])  # it trained
     for got, expected in zip(deduplicated, every_lookup):
         if optimizer == "adam" and name != "hash":
             np.testing.assert_array_equal(got, expected)
         else:
-            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)

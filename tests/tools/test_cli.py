@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+from paddle_edo.export import program_file
+
 from conftest import ROOT
 
 ENV = {**os.environ, "GLOG_minloglevel": "2"}
@@ -68,7 +70,7 @@ def test_train_eval_export_infer_on_synthetic_csv_data(tmp_path):
     assert evaluated.stdout.strip().splitlines()[-2:] == lines[-2:]
     exported = run("export_model.py", *args)
     assert exported.returncode == 0, exported.stderr
-    assert (out / "inference" / "model.pdmodel").is_file() and (out / "inference" / "model.pdiparams").is_file()
+    assert program_file(out / "inference" / "model").is_file() and (out / "inference" / "model.pdiparams").is_file()
     served = run("infer.py", *args)
     assert served.returncode == 0, served.stderr
     assert served.stdout.strip().splitlines()[-2:] == lines[-2:]  # Paddle Inference scores as training did
