@@ -29,7 +29,7 @@ $(STAMP3): requirements-paddle3.txt setup.py
 TEST_STAMP := $(VENV)/.installed-nlp-$(shell cat requirements.txt setup.py | cksum | cut -d' ' -f1)
 
 $(TEST_STAMP): $(STAMP)
-	$(PY) -m pip install --disable-pip-version-check -q -e ".[nlp]"
+	$(PY) -m pip install --disable-pip-version-check -q -e ".[nlp]" -c requirements.txt
 	touch $(TEST_STAMP)
 
 setup: $(STAMP)

@@ -31,9 +31,10 @@ setup(
         "gpu": ["paddlepaddle-gpu==2.6.2", "numpy<2", "protobuf<5"],
         "test": ["pytest>=7"],
         "faiss": ["faiss-cpu"],  # ClusteredEmbedding's K-Means runs on faiss when present, numpy otherwise
-        # paddlenlp 2.8.1 beside Paddle 2.6: newer releases of these break its import (zlib clashes with
+        # paddlenlp 2.8.1 beside Paddle 2.6 (with 2.6's pins: its requirements would lift protobuf to 7, which
+        # breaks fleet.DistributedStrategy): newer releases of these break its import (zlib clashes with
         # libpaddle's own copy, API changes); measured in a fresh venv
-        "nlp": ["paddlenlp==2.8.1", "huggingface_hub<0.26", "aistudio-sdk<0.2", "datasets<3", "pyarrow<18",
-                "scipy<1.17", "scikit-learn<1.7", "aiohttp<3.14"],
+        "nlp": ["paddlenlp==2.8.1", "numpy<2", "protobuf<5", "huggingface_hub<0.26", "aistudio-sdk<0.2",
+                "datasets<3", "pyarrow<18", "scipy<1.17", "scikit-learn<1.7", "aiohttp<3.14"],
     },
 )

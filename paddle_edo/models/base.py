@@ -14,6 +14,7 @@ from ..export import input_specs
 from ..metrics import accuracy, auc, logloss
 from ..schema import Option
 
+
 class RecModel(paddle.nn.Layer):
     """A model over id fields: ``forward(ids)`` takes one id tensor per field, in field order, and gives
     a click logit [B] (a multi-task model: the logit, then one output [B] per ``regression_targets``).

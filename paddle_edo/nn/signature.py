@@ -52,8 +52,8 @@ def accepts_old_signature(old_order: Sequence[str], renamed: Mapping[str, str] |
                     named[new] = named.pop(old)
             if adapt is not None:
                 named = adapt(named)
-            warnings.warn(f"{label}: this call uses the signature of paddle_edo 0.x, which goes in the next "
-                          f"release; call {label}{_shape(init)}", EdoDeprecationWarning, stacklevel=2)
+            warnings.warn(f"{label}: this call uses the old signature, which goes in the next release; call "
+                          f"{label}{_shape(init)}", EdoDeprecationWarning, stacklevel=2)
             return init(self, **named)
 
         return wrapper
