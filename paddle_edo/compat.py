@@ -71,7 +71,8 @@ def round_half_away(x: paddle.Tensor) -> paddle.Tensor:
     return paddle.where(tie, whole + paddle.sign(x), paddle.round(x))
 
 
-PIR_PROGRAMS = int(paddle.__version__.split(".")[0]) >= 3  # jit.save writes, and Paddle Inference reads, PIR
+PADDLE_MAJOR = int(paddle.__version__.split(".")[0])
+PIR_PROGRAMS = PADDLE_MAJOR >= 3  # jit.save writes, and Paddle Inference reads, PIR programs
 
 
 def has_parameter_servers() -> bool:

@@ -541,7 +541,36 @@ def run_quantized(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
-RUNNERS = {"quantized": run_quantized, "shared": run_shared, "monitor": run_monitor, "cache": run_cache, "text": run_text, "lookups": run_lookups, "to_static": run_to_static, "ps": run_ps}
+def run_versions(args: argparse.Namespace, out: Path) -> int:
+    """Two runs of `bench.py lookups` (one per Paddle, each ratio measured in its own run) side by side."""
+    runs = [json.loads(Path(path).read_text()) for path in args.lookups]
+    names = args.names
+    lines = ["copy bandwidth: " + ", ".join(f"{r['copy_gb_per_s']:.1f} GB/s ({n})" for n, r in zip(names, runs)), ""]
+    for results in zip(*(r["results"] for r in runs)):
+        settings = results[0]["settings"]
+        lines += [f"#### {settings['rows']:,} x {settings['dim']}, {settings['distribution']} ids", "",
+                  "| lookup | " + " | ".join(f"{n} ms | {n} vs its nn.Embedding" for n in names) + " |",
+                  "|---|" + "---|---|" * len(names)]
+        for key in results[0]["speed_vs_fp32"]:
+            lines.append(f"| {key} | " + " | ".join(f"{r['ms'][key]:.2f} | {r['speed_vs_fp32'][key]:.2f}x"
+                                                    for r in results) + " |")
+        for key in results[0]["bag_speed_vs_lookup_then_sum"]:
+            lines.append(f"| {key} (vs lookup then sum) | " + " | ".join(
+                f"{r['ms'][key]:.2f} | {r['bag_speed_vs_lookup_then_sum'][key]:.2f}x" for r in results) + " |")
+        lines.append("")
+    steps = [r["quantized_training_steps"] for r in runs]
+    lines += ["| training step (1e6 x 64, 4096 x 26 Zipf ids) | " + " | ".join(f"{n} ms | {n} speed" for n in names)
+              + " |", "|---|" + "---|---|" * len(names)]
+    for key in steps[0]["ms"]:
+        lines.append(f"| {key} | " + " | ".join(f"{t['ms'][key]:.2f} | {t['speed'][key]:.2f}x" for t in steps) + " |")
+    table = "\n".join(lines)
+    (out / "versions.md").write_text(table + "\n")
+    print(table)
+    return 0
+
+
+RUNNERS = {"quantized": run_quantized, "shared": run_shared, "monitor": run_monitor, "cache": run_cache,
+           "text": run_text, "lookups": run_lookups, "to_static": run_to_static, "ps": run_ps, "versions": run_versions}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -585,6 +614,11 @@ def main(argv: list[str] | None = None) -> int:
     ps = sub.add_parser("ps", help="parameter servers: examples/s with 1 and 2 trainers, bytes pushed per step")
     ps.add_argument("--threads", type=int, default=2)
     ps.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
+    versions = sub.add_parser("versions", help="two runs of `lookups` (e.g. one per Paddle) side by side")
+    versions.add_argument("--lookups", nargs=2, required=True, help="the two lookups.json files")
+    versions.add_argument("--names", nargs=2, default=["Paddle 2.6.2", "Paddle 3.3.1"])
+    versions.add_argument("--threads", type=int, default=2)
+    versions.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     args = parser.parse_args(argv)
     logging.getLogger("paddle_edo").propagate = False  # per-epoch lines go to each run's train.log only
     select_device("auto")

@@ -234,7 +234,7 @@ class QuantizedEmbedding(EmbeddingBase):
         if found is None:
             return
         ids, grads = found
-        unique, inverse = paddle.unique(ids, return_inverse=True)
+        unique, inverse = unique_ids(ids.flatten())  # paddle.unique took 16 s for 1e5 ids on Paddle 3.3.1
         grad = paddle.zeros([unique.shape[0], self.embedding_dim], dtype="float32").index_add(inverse, 0, grads)
         if self.padding_idx is not None:
             grad = grad * (unique != self.padding_idx).astype("float32").unsqueeze(-1)

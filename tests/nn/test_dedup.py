@@ -4,6 +4,7 @@ import paddle
 import pytest
 
 from paddle_edo import kernels
+from paddle_edo.compat import PADDLE_MAJOR
 from paddle_edo.nn import (CachedEmbedding, DenseEmbedding, HashEmbedding, MixedDimEmbedding, QREmbedding,
                            QuantizedEmbedding, bind_optimizer)
 from paddle_edo.nn.dedup import unique_ids
@@ -100,4 +101,4 @@ def test_deduplicated_training_equals_training_on_every_lookup(name, optimizer):
         if optimizer == "adam" and name != "hash":
             np.testing.assert_array_equal(got, expected)
         else:
-            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)
+            np.testing.assert_allclose(got, expected, rtol=1e-5 if PADDLE_MAJOR < 3 else 1e-4, atol=1e-6)
