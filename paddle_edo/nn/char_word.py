@@ -71,8 +71,11 @@ class CharWordEmbedding(CompositeEmbedding):
         self.fusion = fusion
         self.word_dropout = float(word_dropout)
         self.num_chars = int(num_chars)
-        spec = TableSpec.from_section({**TableSpec.from_section(table or {}).section(), "dim": embedding_dim,
-                                       "sparse": sparse}, f"{label}: table")
+        section = table.section() if isinstance(table, TableSpec) else dict(table or {})
+        spec = TableSpec.from_section({**section, "dim": embedding_dim, "sparse": sparse}, f"{label}: table")
+        if weight_attr is not None and spec.type != "dense":
+            raise EdoValueError(f"{label}: weight_attr initialises dense word and character tables; a {spec.type!r} "
+                                f"table takes its own options (table={{'type': {spec.type!r}, ...}})")
         self.words: EmbeddingBase | None = None
         self.chars: EmbeddingBase | None = None
         if fusion != "char":
@@ -132,8 +135,8 @@ class CharWordEmbedding(CompositeEmbedding):
 
 
 def _table(spec: TableSpec, rows: int, weight_attr: paddle.ParamAttr | None, part: str) -> EmbeddingBase:
-    """One of the two vocabularies' tables, as ``spec`` says; a ``weight_attr`` reaches dense tables."""
-    if weight_attr is not None and spec.type == "dense":
+    """One of the two vocabularies' tables, as ``spec`` says (a ``weight_attr`` with a dense spec only)."""
+    if weight_attr is not None:
         return DenseEmbedding(rows, spec.dim, padding_idx=PAD_ID, sparse=spec.sparse,
                               weight_attr=part_attr(weight_attr, part), **dict(spec.options))
     return spec.build(rows, padding_idx=PAD_ID)

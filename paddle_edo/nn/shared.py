@@ -89,7 +89,7 @@ class HashEmbedding(CompositeEmbedding):
     }
 
     @accepts_old_signature(("num_buckets", "embedding_dim", "num_hashes", "combine", "padding_idx", "sparse", "seed",
-                            "init_std"), is_old=lambda args, kwargs: _old_hash_call(args, kwargs),
+                            "init_std"), is_old=_old_hash_call,
                            adapt=lambda named: {"num_embeddings": named["num_buckets"], **named})
     def __init__(self, num_embeddings: int, embedding_dim: int, num_buckets: int, num_hashes: int = 2,
                  combine: str = "sum", *, padding_idx: int | None = None, sparse: bool = True,

@@ -166,6 +166,11 @@ def test_an_argument_given_twice_is_refused():
         QuantizedEmbedding(10, 4, dtype="int8", storage_format="int4")
 
 
+def test_a_weight_attr_for_char_word_tables_of_another_type_is_refused():
+    with pytest.raises(ValueError, match="weight_attr initialises dense word and character tables; a 'hash' table"):
+        CharWordEmbedding(40, 4, num_chars=10, table={"type": "hash"}, weight_attr=paddle.ParamAttr())
+
+
 def test_char_word_takes_word_ids_alone_when_it_knows_their_characters():
     word_chars = np.array([[0, 0], [1, 0], [2, 3], [4, 5]])
     layer = CharWordEmbedding(4, 6, "mean", num_chars=6, word_chars=word_chars)
