@@ -29,6 +29,12 @@ def table_settings(layer: paddle.nn.Layer) -> tuple[int | None, bool]:
     return padding, bool(getattr(layer, "sparse", getattr(layer, "_sparse", True)))
 
 
+def is_count(value: Any, low: int = 1) -> bool:
+    """Whether ``value`` is an integer (numpy's too, not a bool) of at least ``low``: what a table's sizes
+    and counts must be."""
+    return not isinstance(value, bool) and isinstance(value, (int, np.integer)) and value >= low
+
+
 def part_attr(weight_attr: paddle.ParamAttr | None, part: str) -> paddle.ParamAttr | None:
     """The ParamAttr of one inner table of a composite layer: the user's, with ``.<part>`` added to its
     name when it has one (two parameters may not share a name)."""
@@ -61,7 +67,7 @@ class EmbeddingBase(paddle.nn.Layer):
         super().__init__(name_scope=name)
         label = type(self).__name__
         for arg, value in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            if not is_count(value):
                 raise EdoValueError(f"{label}: {arg} = {value!r} must be an integer >= 1")
         if padding_idx is not None:
             if isinstance(padding_idx, bool) or not isinstance(padding_idx, (int, np.integer)):

@@ -18,7 +18,7 @@ from ..cache.policies import POLICIES
 from ..compat import dynamic_graph_under_sot
 from ..errors import EdoRuntimeError, EdoTypeError, EdoValueError
 from ..schema import ConfigError, Option
-from .base import EmbeddingBase
+from .base import EmbeddingBase, is_count
 from .dedup import deduplicated_lookup
 from .dense import DenseEmbedding
 from .registry import register_embedding
@@ -116,7 +116,7 @@ class CachedEmbedding(EmbeddingBase):
             if not 0.0 < cache_ratio <= 1.0:
                 raise EdoValueError(f"{name}: cache_ratio = {cache_ratio!r} must be in (0, 1]")
             cache_rows = math.ceil(cache_ratio * self.num_embeddings)
-        elif isinstance(cache_rows, bool) or not isinstance(cache_rows, (int, np.integer)) or cache_rows < 1:
+        elif not is_count(cache_rows):
             raise EdoValueError(f"{name}: cache_rows = {cache_rows!r} must be an integer >= 1")
         if cache_rows > self.num_embeddings:
             warnings.warn(f"{name}: cache_rows = {cache_rows} is more than the table's {self.num_embeddings} "

@@ -11,7 +11,7 @@ import paddle.nn.functional as F
 
 from ..errors import EdoTypeError, EdoValueError
 from .bag import pooled_lookup
-from .base import CompositeEmbedding, EmbeddingBase, part_attr
+from .base import CompositeEmbedding, EmbeddingBase, is_count, part_attr
 from .dense import DenseEmbedding
 from .registry import TableSpec, register_embedding
 from .signature import accepts_old_signature
@@ -64,7 +64,7 @@ class CharWordEmbedding(CompositeEmbedding):
         super().__init__(num_embeddings, embedding_dim, padding_idx=PAD_ID, sparse=sparse, name=name)
         if fusion not in FUSIONS:
             raise EdoValueError(f"{label}: fusion = {fusion!r}; expected one of {', '.join(map(repr, FUSIONS))}")
-        if isinstance(num_chars, bool) or not isinstance(num_chars, (int, np.integer)) or num_chars < 2:
+        if not is_count(num_chars, low=2):
             raise EdoValueError(f"{label}: num_chars = {num_chars!r} must be an integer >= 2 ([PAD], [UNK])")
         if not 0.0 <= word_dropout < 1.0:
             raise EdoValueError(f"{label}: word_dropout = {word_dropout!r} must be in [0, 1)")

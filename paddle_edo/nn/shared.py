@@ -7,7 +7,7 @@ import paddle
 from ..errors import EdoValueError
 from ..kernels import can_fuse, fused_ops
 from ..schema import ConfigError, Option
-from .base import CompositeEmbedding, part_attr
+from .base import CompositeEmbedding, is_count, part_attr
 from .dense import DenseEmbedding
 from .registry import register_embedding
 from .signature import accepts_old_signature
@@ -99,7 +99,7 @@ class HashEmbedding(CompositeEmbedding):
         if combine not in COMBINES:
             raise EdoValueError(f"{label}: combine = {combine!r}; expected 'sum', 'mean' or 'concat'")
         for arg, value in (("num_buckets", num_buckets), ("num_hashes", num_hashes)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            if not is_count(value):
                 raise EdoValueError(f"{label}: {arg} = {value!r} must be an integer >= 1")
         if combine == "concat" and embedding_dim % num_hashes:
             raise EdoValueError(f"{label}: combine 'concat' needs embedding_dim ({embedding_dim}) divisible by "
@@ -167,7 +167,7 @@ class QREmbedding(CompositeEmbedding):
         label = type(self).__name__
         if num_collisions is None:
             num_collisions = default_collisions(num_embeddings)
-        if isinstance(num_collisions, bool) or not isinstance(num_collisions, (int, np.integer)) or num_collisions < 1:
+        if not is_count(num_collisions):
             raise EdoValueError(f"{label}: num_collisions = {num_collisions!r} must be an integer >= 1 or None")
         if operation not in OPERATIONS:
             raise EdoValueError(f"{label}: operation = {operation!r}; expected 'mult', 'add' or 'concat'")
