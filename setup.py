@@ -21,6 +21,7 @@ setup(
         "PyYAML>=5.4",
         "visualdl==2.5.3",  # imports beside Paddle 3.3.1, numpy 2 and protobuf 7 too (measured)
         "jieba==0.42.1",
+        "pyarrow>=15",  # users' files: CSV / Parquet readers, hash aggregation for vocabularies
     ],
     extras_require={
         # protobuf 5+ breaks 2.6.2's fleet.DistributedStrategy; numpy 2 breaks its wheels

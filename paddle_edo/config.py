@@ -7,11 +7,12 @@ from typing import Any, Iterable
 
 import yaml
 
-from .data.options import DATA_OPTIONS, check_data_section
+from .data.columns import categorical_columns
+from .data.options import DATA_OPTIONS, TABULAR_NAMES, check_data_section, upgrade_data_section
 from .distributed.options import DISTRIBUTED_OPTIONS, check_distributed_config
 from .models import model_class, model_section_options
 from .models.optimizers import OPTIMIZERS
-from .nn.registry import check_embedding_section, embedding_class
+from .nn.registry import check_embedding_section, embedding_class, field_tables
 from .schema import ConfigError, Option, check_section
 
 # Each section's keys are declared by the package that reads them; this module assembles them.
@@ -84,13 +85,24 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
                           "sparse embedding gradients; use 'adam' (lazy mode, row-wise) or another of "
                           + ", ".join(repr(o) for o in OPTIMIZERS))
     config = {}
+    raw = {**raw, "data": upgrade_data_section(raw.get("data"))}
     for section, options in SCHEMA.items():
         if section == "embedding":
             config[section] = check_embedding_section(section, raw.get(section))
         else:
             config[section] = check_section(section, raw.get(section), options)
     check_data_section(config["data"])
-    embedding_class(config["embedding"]["type"]).check_config(config)
+    table = embedding_class(config["embedding"]["type"])
+    if config["data"]["name"] in TABULAR_NAMES:
+        files = config["data"]["files"]
+        if files["ids"] == "auto":
+            files["ids"] = "hash" if table.takes_any_id else "vocabulary"
+        hashed = [c.name for c in categorical_columns(files) if c.ids == "hash"]
+        if hashed and not table.takes_any_id:
+            raise ConfigError(f"data.files: column {hashed[0]!r} has hashed ids, which only tables that take any id "
+                              f"read ({', '.join(repr(t) for t in field_tables() if embedding_class(t).takes_any_id)}); embedding.type = "
+                              f"{config['embedding']['type']!r} needs ids from a vocabulary")
+    table.check_config(config)
     model_class(config["model"]["name"]).check_config(config)
     check_distributed_config(config)
     return config

@@ -18,7 +18,7 @@ from .callbacks import Callback
 from .checkpoint import (CheckpointError, check_finite, checkpoint_difference, checkpoint_sections, load_checkpoint,
                          load_model_state, save_checkpoint)
 from .config import dump_config
-from .data import CTRBatches, CTRTable, count_frequencies, load_dataset, make_loader
+from .data import CTRBatches, CTRTable, count_frequencies, load_dataset
 from .memory import memory_report
 from .models import build_model
 from .models.optimizers import create_optimizer
@@ -50,7 +50,8 @@ class Engine:
         self.device = runtime.select_device(train["device"])
         runtime.set_num_threads(train["num_threads"])
         runtime.seed_everything(train["seed"])
-        self.splits = load_dataset(config["data"])
+        # a user's files: rank 0 keeps the data plan (vocabularies, statistics) beside the run
+        self.splits = load_dataset(config["data"], self.output_dir / "data" if self.rank == 0 else None)
         self.fields = self.splits.fields
         # Parameter and optimizer-state names come from this engine's own generator, so they are the
         # same in every run of the experiment and a checkpoint's optimizer state loads by name.
@@ -59,7 +60,7 @@ class Engine:
         if embedding_class(config["embedding"]["type"]).needs_frequencies:
             frequencies = count_frequencies(self.splits.train)  # embedding.frequencies: train
         with unique_name.guard(self._names):
-            self.model = build_model(self.fields, config, frequencies)
+            self.model = build_model(self.fields, config, frequencies, self.splits.dense_features)
             self.optimizer = create_optimizer(train, self.model)
             bind_optimizer(self.model, self.optimizer)  # cached tables carry the optimizer's row state
         self.table_fields = self.model.table_fields()  # table name -> field it looks up
@@ -83,7 +84,7 @@ class Engine:
         if train["to_static"]:  # converts the model in place: evaluation runs it converted too
             self.model = paddle.jit.to_static(self.model)
         self.train_model = paddle.DataParallel(self.model) if self.world_size > 1 else self.model
-        self.train_batches = CTRBatches(_shard(self.splits.train, self.rank, self.world_size), train["batch_size"],
+        self.train_batches = CTRBatches(self.splits.train.shard(self.rank, self.world_size), train["batch_size"],
                                         shuffle=True, seed=train["seed"])
         self.current_arrays: dict[str, np.ndarray] = {}  # the batch being trained on, as the data gave it
         self.epoch = 0           # epochs finished
@@ -234,9 +235,8 @@ class Engine:
         # what the uninterrupted one drew: Paddle 2.6 cannot save its generator state (paddle.save keeps
         # only the seed of a GeneratorState).
         paddle.seed((self.config["train"]["seed"] * 1_000_003 + self.global_step) % 2**31)
-        ids = [batch[f.name] for f in self.fields]
         with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
-            loss = self.model.create_loss(self.train_model(ids), batch)
+            loss = self.model.create_loss(self.train_model(self.model.inputs(batch)), batch)
         if following is not None:  # cached tables read the next batch's misses while this step runs
             for layer, field in self.prefetching:
                 layer.prefetch(following[field])
@@ -260,33 +260,41 @@ class Engine:
 
     # ------------------------------------------------------------------ eval
     def predict(self, table: CTRTable) -> np.ndarray:
-        """Click probabilities for every row of the table, in order."""
+        """Click probabilities for every row of the table (or streamed split), in order."""
         return self.predict_all(table)[0]
 
     @paddle.no_grad()
-    def predict_all(self, table: CTRTable) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Click probabilities and, for a multi-task model, its regression outputs by target."""
+    def predict_all(self, table: CTRTable) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Click probabilities, a multi-task model's regression outputs by target, and the split's
+        labels and targets by name (``label``, ``rating``), all in row order."""
         self.model.eval()
         clicks, regressions = [], {target: [] for target in self.model.regression_targets}
-        for batch in make_loader(CTRBatches(table, EVAL_BATCH_SIZE, shuffle=False)):
+        truths: dict[str, list[np.ndarray]] = {"label": [], **{target: [] for target in regressions}}
+        for arrays in CTRBatches(table, EVAL_BATCH_SIZE, shuffle=False):
+            batch = {name: paddle.to_tensor(a) for name, a in arrays.items()}
             with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
-                outputs = self.model([batch[f.name] for f in self.fields])
+                outputs = self.model(self.model.inputs(batch))
             logits = outputs[0] if isinstance(outputs, (tuple, list)) else outputs
             clicks.append(F.sigmoid(logits.astype("float32")).numpy())
             for target, output in zip(regressions, outputs[1:] if regressions else ()):
                 regressions[target].append(output.astype("float32").numpy())
+            for name, values in truths.items():
+                values.append(arrays[name])
         self.model.train()
-        empty = np.zeros(0, dtype=np.float32)
-        return (np.concatenate(clicks) if clicks else empty,
-                {t: np.concatenate(v) if v else empty for t, v in regressions.items()})
+
+        def joined(parts: list[np.ndarray]) -> np.ndarray:
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+        return (joined(clicks), {t: joined(v) for t, v in regressions.items()},
+                {name: joined(v) for name, v in truths.items()})
 
     def evaluate(self, split: str = "test") -> dict[str, float]:
         """AUC, logloss and accuracy on ``train``, ``valid``, ``test`` or a named extra subset of the data
         (``test_oov`` of text data: test sentences with a word never seen in training); a multi-task
         model adds the RMSE of each regression target (``rating_rmse``)."""
-        table: CTRTable = self.splits.extra[split] if split in self.splits.extra else getattr(self.splits, split)
-        probabilities, regressions = self.predict_all(table)
-        return self.model.create_metrics(table.labels, probabilities, regressions, table.targets)
+        table = self.splits.extra[split] if split in self.splits.extra else getattr(self.splits, split)
+        probabilities, regressions, truths = self.predict_all(table)
+        labels = truths.pop("label")
+        return self.model.create_metrics(labels, probabilities, regressions, truths)
 
     def memory_report(self):
         return memory_report(self.model)
@@ -305,15 +313,6 @@ def _parallel_env(config: dict[str, Any]) -> tuple[int, int]:
                           "paddle.distributed.launch --nproc_per_node 2 tools/train.py -c <config>")
     paddle.distributed.init_parallel_env()  # gloo on CPU, NCCL on GPU
     return paddle.distributed.get_rank(), paddle.distributed.get_world_size()
-
-
-def _shard(table: CTRTable, rank: int, world_size: int) -> CTRTable:
-    """Rank ``rank``'s rows of the training split: every rank gets the same count (the all-reduce of each
-    step needs all ranks), so up to world_size - 1 rows are left out."""
-    if world_size == 1:
-        return table
-    usable = len(table) - len(table) % world_size
-    return table.take(np.arange(rank, usable, world_size))
 
 
 def _attach_log_file(path: Path) -> logging.Handler:

@@ -17,10 +17,12 @@ FUSED_OPS = ("edo_hash_lookup", "edo_qr_lookup", "edo_mixed_dim_lookup", "edo_qu
              "edo_bag_pool", "edo_packed_bag_pool")  # the custom operators of kernels/lookups.cc
 
 
-def input_specs(fields: Sequence[FieldSpec]) -> list[paddle.static.InputSpec]:
-    """One int64 input per field: [batch] or [batch, max_len] for multi-valued fields."""
-    return [paddle.static.InputSpec([None, f.max_len] if f.multi_valued else [None], "int64", name=f.name)
-            for f in fields]
+def input_specs(fields: Sequence[FieldSpec], num_dense: int = 0) -> list[paddle.static.InputSpec]:
+    """One int64 input per field: [batch] or [batch, max_len] for multi-valued fields; then ``dense``
+    float32 [batch, num_dense] when there are dense features."""
+    specs = [paddle.static.InputSpec([None, f.max_len] if f.multi_valued else [None], "int64", name=f.name)
+             for f in fields]
+    return specs + ([paddle.static.InputSpec([None, num_dense], "float32", name="dense")] if num_dense else [])
 
 
 def to_static(model: paddle.nn.Layer, specs: Sequence[paddle.static.InputSpec]) -> paddle.nn.Layer:

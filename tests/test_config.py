@@ -91,9 +91,37 @@ def test_split_must_add_up_to_one():
     assert "data.split" in error_of("data.split=[0.5, 0.1, 0.1]")
 
 
-def test_csv_data_needs_a_path_and_fields():
-    assert "data.csv.path" in error_of("data.name=csv")
-    assert "data.csv.fields.user = 0" in error_of("data.name=csv", "data.csv.path=x.csv", "data.csv.fields={user: 0}")
+def test_files_data_needs_a_path_and_columns():
+    assert "data.files.path" in error_of("data.name=csv")
+    assert "data.files.categorical" in error_of("data.name=csv", "data.files.path=x.csv")
+    assert "data.files.categorical.user.min_count = 0" in error_of(
+        "data.name=csv", "data.files.path=x.csv", "data.files.categorical={user: {min_count: 0}}")
+    assert "data.files.categorical.user.num_embeddings" in error_of(
+        "data.name=csv", "data.files.path=x.csv", "data.files.categorical={user: {ids: given}}")
+    assert "data.files.label" in error_of("data.name=csv", "data.files.path=x.csv", "data.files.categorical=[a]",
+                                          "data.files.label='rating >= high'")
+    assert "data.files.categorical.a.colour: unknown key" in error_of(
+        "data.name=csv", "data.files.path=x.csv", "data.files.categorical={a: {colour: 1}}")
+
+
+def test_hashed_ids_need_a_table_that_takes_any_id():
+    message = error_of("data.name=csv", "data.files.path=x.csv", "data.files.categorical=[a]", "data.files.ids=hash")
+    assert "column 'a' has hashed ids" in message and "'hash'" in message and "'dense'" in message
+    config = load_config(None, ["data.name=csv", "data.files.path=x.csv", "data.files.categorical=[a]",
+                                "embedding.type=hash"])
+    assert config["data"]["files"]["ids"] == "hash"  # auto: hashed for a table that takes any id
+
+
+def test_the_old_csv_section_moves_to_data_files_with_a_warning():
+    with pytest.warns(EdoDeprecationWarning, match="data.csv is deprecated"):
+        config = load_config(None, ["data.name=csv", "data.csv.path=x.csv", "data.csv.fields={user: 5, tags: 8}",
+                                    "data.csv.label=click"])
+    files = config["data"]["files"]
+    assert files["path"] == "x.csv" and files["label"] == "click"
+    assert files["categorical"]["user"] == {"ids": "given", "num_embeddings": 5, "separator": "|"}
+    with pytest.warns(EdoDeprecationWarning):
+        assert "data.csv.fields.user = 0" in error_of("data.name=csv", "data.csv.path=x.csv",
+                                                      "data.csv.fields={user: 0}")
 
 
 def test_missing_file_and_malformed_overrides(tmp_path):

@@ -6,6 +6,7 @@
   python tools/bench.py cache [--quick] [--skip-hit-rates]
   python tools/bench.py text [--seeds 1 2 3] [--epochs N]
   python tools/bench.py ps
+  python tools/bench.py data [--rows 1000000] [--scale-rows 20000000]
 """
 from __future__ import annotations
 
@@ -569,7 +570,30 @@ def run_versions(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
-RUNNERS = {"quantized": run_quantized, "shared": run_shared, "monitor": run_monitor, "cache": run_cache,
+def run_data(args: argparse.Namespace, out: Path) -> int:
+    """A user's files: Criteo-format parsing rate, streamed against in-memory training, a scale run."""
+    from tools import bench_data
+
+    cache = Path(args.cache)
+    print(f"data: Criteo-format text, {args.rows:,} rows in {cache}, {args.threads} threads", flush=True)
+    folder = bench_data.criteo_files(cache / f"criteo-{args.rows}", args.rows)
+    with tempfile.TemporaryDirectory() as runs:
+        result = {"settings": {"threads": args.threads, "rows": args.rows, "scale_rows": args.scale_rows,
+                               "config": "configs/criteo.yaml"},
+                  "parse": bench_data.parse_rates(folder, args.repeats),
+                  "training": bench_data.training_rates(folder, Path(runs), args.repeats)}
+        if args.scale_rows:
+            print(f"scale run: {args.scale_rows:,} rows", flush=True)
+            big = bench_data.criteo_files(cache / f"criteo-{args.scale_rows}", args.scale_rows)
+            result["scale"] = bench_data.scale_run(big, Path(runs) / "scale")
+    (out / "data.json").write_text(json.dumps(result, indent=2))
+    table = bench_data.markdown(result)
+    (out / "data.md").write_text(table + "\n")
+    print(table)
+    return 0
+
+
+RUNNERS = {"data": run_data, "quantized": run_quantized, "shared": run_shared, "monitor": run_monitor, "cache": run_cache,
            "text": run_text, "lookups": run_lookups, "to_static": run_to_static, "ps": run_ps, "versions": run_versions}
 
 
@@ -614,6 +638,14 @@ def main(argv: list[str] | None = None) -> int:
     ps = sub.add_parser("ps", help="parameter servers: examples/s with 1 and 2 trainers, bytes pushed per step")
     ps.add_argument("--threads", type=int, default=2)
     ps.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
+    data = sub.add_parser("data", help="a user's files: Criteo-format parsing, streamed training, a scale run")
+    data.add_argument("--rows", type=int, default=1_000_000, help="rows of the parsing and training comparison")
+    data.add_argument("--scale-rows", type=int, default=0, help="rows of the scale run (0: none)")
+    data.add_argument("--repeats", type=int, default=3)
+    data.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "paddle_edo_bench"),
+                      help="where the generated data is kept between runs")
+    data.add_argument("--threads", type=int, default=2)
+    data.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     versions = sub.add_parser("versions", help="two runs of `lookups` (e.g. one per Paddle) side by side")
     versions.add_argument("--lookups", nargs=2, required=True, help="the two lookups.json files")
     versions.add_argument("--names", nargs=2, default=["Paddle 2.6.2", "Paddle 3.3.1"])

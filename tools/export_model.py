@@ -19,15 +19,17 @@ def main(argv: list[str] | None = None) -> int:
         from paddle_edo import load_config
         from paddle_edo.config import export_prefix
         from paddle_edo.engine import Engine
-        from paddle_edo.export import export_model, input_specs, program_file
+        from paddle_edo.export import export_model, program_file
 
         config = load_config(args.config, args.override)
         engine = Engine(config)
         engine.load_for_serving(args.checkpoint or engine.checkpoint_path)
-        prefix = export_model(engine.model, input_specs(engine.fields), export_prefix(config),
+        prefix = export_model(engine.model, engine.model.input_specs(), export_prefix(config),
                               config["export"]["fused_kernels"])
         print(engine.memory_report())
         print(f"exported {program_file(prefix)} and {prefix}.pdiparams")
+        if engine.splits.plan is not None:  # serving maps raw values with the run's vocabularies
+            print(f"and the data plan (vocabularies, statistics) in {engine.splits.plan.save(prefix.parent / 'data')}")
     return 0
 
 

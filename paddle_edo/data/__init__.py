@@ -1,32 +1,52 @@
-"""Data sets (MovieLens-100K, synthetic Zipf CTR, a user's CSV) and batching through paddle.io."""
+"""Data sets (MovieLens-100K, synthetic Zipf CTR, the reviews, a user's CSV / Parquet / Criteo files)
+and batching through paddle.io."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from .chnsenti import load_chnsenti, load_reviews
-from .csv_ctr import load_csv, write_csv
+from .criteo import write_criteo_synthetic
+from .csv_ctr import write_csv
 from .ctr import (CTRBatches, CTRTable, DataError, FieldSpec, Splits, count_frequencies, make_loader, split_rows,
                   split_table)
 from .fetch import default_cache_dir, fetch
 from .movielens import load_movielens
+from .options import TABULAR_NAMES
+from .stream import StreamedSplit, load_rows, load_tables
 from .synthetic import make_synthetic_ctr, zipf_ids
+from .tabular import SPLITS, DataPlan, TabularSource, prepare_plan
 
 
-def load_dataset(data_config: dict[str, Any]) -> Splits:
-    """The train / valid / test splits a validated ``data`` config section describes."""
+def load_dataset(data_config: dict[str, Any], state_dir: str | Path | None = None) -> Splits:
+    """The train / valid / test splits a validated ``data`` config section describes. The user's files
+    (csv, parquet, criteo) keep their data plan (vocabularies, statistics) in ``state_dir``, made once."""
     name = data_config["name"]
+    if name in TABULAR_NAMES:
+        return load_files(data_config, None if state_dir is None else Path(state_dir))
     if name == "movielens":
         table = load_movielens(data_config["cache_dir"])
     elif name == "chnsenti":
         return load_chnsenti(data_config)
-    elif name == "synthetic":
-        table = make_synthetic_ctr(**data_config["synthetic"])
     else:
-        csv = data_config["csv"]
-        table = load_csv(csv["path"], csv["label"], csv["fields"], csv["multi_value_separator"])
+        table = make_synthetic_ctr(**data_config["synthetic"])
     return split_table(table, data_config["split"], data_config["seed"])
 
 
-__all__ = ["CTRBatches", "CTRTable", "DataError", "FieldSpec", "Splits", "count_frequencies", "default_cache_dir",
-           "fetch", "load_chnsenti", "load_csv", "load_dataset", "load_movielens", "load_reviews", "make_loader", "make_synthetic_ctr",
-           "split_rows", "split_table", "write_csv", "zipf_ids"]
+def load_files(data_config: dict[str, Any], state_dir: Path | None) -> Splits:
+    """A user's files: the plan (made or reloaded), then the splits in memory or streamed (data.files.in_memory)."""
+    files = data_config["files"]
+    plan = prepare_plan(TabularSource.from_config(data_config), state_dir)
+    in_memory = files["in_memory"]
+    if in_memory == "auto":
+        in_memory = sum(f.stat().st_size for f in plan.source.files) <= files["in_memory_bytes"]
+    if in_memory:
+        tables = load_tables(plan)
+        return Splits(*(tables[split] for split in SPLITS), plan=plan)
+    return Splits(*(StreamedSplit(plan, split, files["shuffle_buffer"]) for split in SPLITS), plan=plan)
+
+
+__all__ = ["CTRBatches", "CTRTable", "DataError", "DataPlan", "FieldSpec", "Splits", "StreamedSplit", "TabularSource",
+           "count_frequencies", "default_cache_dir", "fetch", "load_chnsenti", "load_dataset", "load_files",
+           "load_movielens", "load_reviews", "load_rows", "make_loader", "make_synthetic_ctr", "split_rows", "split_table",
+           "write_criteo_synthetic", "write_csv", "zipf_ids"]

@@ -29,13 +29,16 @@ class FieldSpec:
 
 @dataclass
 class CTRTable:
-    """Id columns (int64, [N] or [N, max_len]) per field, 0/1 labels (float32, [N]) and optional other
-    per-row targets (e.g. MovieLens ratings, for multi-task models)."""
+    """Id columns (int64, [N] or [N, max_len]) per field, 0/1 labels (float32, [N]), optional other
+    per-row targets (e.g. MovieLens ratings, for multi-task models) and optional dense features
+    (float32 [N, len(dense_features)], numeric columns)."""
 
     fields: list[FieldSpec]
     ids: dict[str, np.ndarray]
     labels: np.ndarray
     targets: dict[str, np.ndarray] = dataclass_field(default_factory=dict)
+    dense: np.ndarray | None = None
+    dense_features: list[str] = dataclass_field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = len(self.labels)
@@ -44,13 +47,44 @@ class CTRTable:
             expected = (n, field.max_len) if field.multi_valued else (n,)
             if column.shape != expected:
                 raise DataError(f"field {field.name!r}: ids of shape {column.shape}, expected {expected}")
+        if self.dense_features and (self.dense is None or self.dense.shape != (n, len(self.dense_features))):
+            raise DataError(f"dense features {self.dense_features}: values of shape "
+                            f"{None if self.dense is None else self.dense.shape}, expected "
+                            f"{(n, len(self.dense_features))}")
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def take(self, index: np.ndarray) -> "CTRTable":
         return CTRTable(self.fields, {k: v[index] for k, v in self.ids.items()}, self.labels[index],
-                        {k: v[index] for k, v in self.targets.items()})
+                        {k: v[index] for k, v in self.targets.items()},
+                        None if self.dense is None else self.dense[index], self.dense_features)
+
+    def shard(self, rank: int, world_size: int) -> "CTRTable":
+        """Rank ``rank``'s rows: every rank gets the same count (collective steps need all ranks), so up to
+        world_size - 1 rows are left out."""
+        if world_size == 1:
+            return self
+        usable = len(self) - len(self) % world_size
+        return self.take(np.arange(rank, usable, world_size))
+
+    def head(self, rows: int) -> "CTRTable":
+        return self if rows >= len(self) else self.take(np.arange(rows))
+
+    def iter_batches(self, batch_size: int, shuffle: bool, seed: int, epoch: int, skip_batches: int = 0
+                     ) -> Iterator[dict[str, np.ndarray]]:
+        """Batches as dicts of arrays (fields, ``label``, targets, ``dense``); the order depends only on
+        (seed, epoch)."""
+        n = len(self)
+        order = np.random.default_rng([seed, epoch]).permutation(n) if shuffle else np.arange(n)
+        for start in range(skip_batches * batch_size, n, batch_size):
+            index = order[start:start + batch_size]
+            batch = {name: column[index] for name, column in self.ids.items()}
+            batch["label"] = self.labels[index]
+            batch.update({name: values[index] for name, values in self.targets.items()})
+            if self.dense_features:
+                batch["dense"] = self.dense[index]
+            yield batch
 
     def validate(self, source: str) -> None:
         """Refuse ids outside [0, vocab_size) with a message naming source, field, row and value."""
@@ -72,10 +106,15 @@ class Splits:
     test: CTRTable
     extra: dict[str, CTRTable] = dataclass_field(default_factory=dict)  # named subsets also evaluated
     vocabularies: dict[str, Any] = dataclass_field(default_factory=dict)  # field -> paddle_edo.text.Vocab
+    plan: Any = None  # a user's files: the DataPlan that maps their raw values (paddle_edo.data.tabular)
 
     @property
     def fields(self) -> list[FieldSpec]:
         return self.train.fields
+
+    @property
+    def dense_features(self) -> list[str]:
+        return self.train.dense_features
 
 
 def split_rows(rows: int, fractions: list[float], seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -91,45 +130,38 @@ def split_table(table: CTRTable, fractions: list[float], seed: int) -> Splits:
     return Splits(*(table.take(rows) for rows in split_rows(len(table), fractions, seed)))
 
 
-def count_frequencies(table: CTRTable) -> dict[str, np.ndarray]:
-    """How often each id of each field occurs (padding 0 of multi-valued fields not counted)."""
-    counts = {}
-    for field in table.fields:
-        ids = table.ids[field.name].ravel()
-        if field.multi_valued:
-            ids = ids[ids != 0]
-        counts[field.name] = np.bincount(ids, minlength=field.vocab_size).astype(np.int64)
+def count_frequencies(table: "CTRTable | Any") -> dict[str, np.ndarray]:
+    """How often each id of each field occurs (padding 0 of multi-valued fields not counted), over a
+    table in memory or a streamed split (read once)."""
+    counts = {field.name: np.zeros(field.vocab_size, dtype=np.int64) for field in table.fields}
+    chunks = [table.ids] if isinstance(table, CTRTable) else table.chunks()
+    for chunk in chunks:
+        for field in table.fields:
+            ids = chunk[field.name].ravel()
+            if field.multi_valued:
+                ids = ids[ids != 0]
+            counts[field.name] += np.bincount(ids, minlength=field.vocab_size)[:field.vocab_size]
     return counts
 
 
 class CTRBatches(paddle.io.IterableDataset):
-    """Yields whole batches (dicts of numpy arrays); the order depends only on (seed, epoch)."""
+    """Yields whole batches (dicts of numpy arrays) of a split held in memory (``CTRTable``) or streamed
+    from files (``StreamedSplit``); the order depends only on (seed, epoch)."""
 
-    def __init__(self, table: CTRTable, batch_size: int, shuffle: bool, seed: int = 0,
-                 drop_last: bool = False) -> None:
+    def __init__(self, table: "CTRTable | Any", batch_size: int, shuffle: bool, seed: int = 0) -> None:
         super().__init__()
         self.table = table
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
-        self.drop_last = drop_last
         self.epoch = 0
         self.skip_batches = 0
 
     def __len__(self) -> int:
-        n = len(self.table)
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        return -(-len(self.table) // self.batch_size)
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        n = len(self.table)
-        order = (np.random.default_rng([self.seed, self.epoch]).permutation(n) if self.shuffle
-                 else np.arange(n))
-        for b in range(self.skip_batches, len(self)):
-            index = order[b * self.batch_size:(b + 1) * self.batch_size]
-            batch = {name: column[index] for name, column in self.table.ids.items()}
-            batch["label"] = self.table.labels[index]
-            batch.update({name: values[index] for name, values in self.table.targets.items()})
-            yield batch
+        return self.table.iter_batches(self.batch_size, self.shuffle, self.seed, self.epoch, self.skip_batches)
 
 
 def make_loader(batches: CTRBatches) -> paddle.io.DataLoader:

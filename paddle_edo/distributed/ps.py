@@ -25,6 +25,7 @@ from ..data import CTRBatches, load_dataset
 from ..models import build_model
 from ..models.optimizers import create_optimizer
 from ..monitor import SparseGradMonitor, monitors_from_config
+from ..monitor.sparse_grad import MONITORED_VALID_ROWS
 from ..monitor.row_gradients import RowGradients
 from ..nn import DenseEmbedding, PSEmbedding, swap_sublayers
 from ..schema import ConfigError
@@ -83,7 +84,9 @@ class PSJob:
         exit_after(config["distributed"]["timeout_s"], f"{self.role} passed distributed.timeout_s = "
                     f"{config['distributed']['timeout_s']} s")
         paddle.seed(config["train"]["seed"])
-        self.splits = load_dataset(config["data"])
+        # a user's files: trainer 0 keeps the data plan beside the run (every process makes the same one)
+        self.splits = load_dataset(config["data"], self.output_dir / "data"
+                                   if not fleet.is_server() and fleet.worker_index() == 0 else None)
         self.fields = self.splits.fields
         distributed = config["distributed"]
         # feature admission on this trainer's batches (single-valued fields: a multi-valued field's id 0 is
@@ -103,9 +106,10 @@ class PSJob:
         embedding = self.config["embedding"]
         if embedding["type"] == "dense":  # every table on the servers
             self.model = build_model(self.fields, {**self.config, "embedding": {
-                "type": "ps_sparse", "dim": embedding["dim"], "sparse": True, **table_options}})
+                "type": "ps_sparse", "dim": embedding["dim"], "sparse": True, **table_options}},
+                dense_features=self.splits.dense_features)
         else:  # id compression (hash, qr): the layers map ids to rows; their inner tables go to the servers
-            self.model = build_model(self.fields, self.config)
+            self.model = build_model(self.fields, self.config, dense_features=self.splits.dense_features)
             _tables_to_servers(self.model, table_options)
         self.inputs = [paddle.static.data(spec.name, spec.shape, spec.dtype) for spec in self.model.input_specs()]
         self.label = paddle.static.data("label", [None], "float32")
@@ -155,7 +159,7 @@ class PSJob:
             runtime._worker.client_flush()
             runtime._pull_all_dense(runtime.scopes, runtime._send_ctx, get_the_one_recv_context(runtime.context))
 
-        mine = self.splits.train.take(np.arange(rank, len(self.splits.train), trainers))
+        mine = self.splits.train.shard(rank, trainers)
         batches = CTRBatches(mine, train["batch_size"], shuffle=True, seed=train["seed"] + rank)
         main = paddle.static.default_main_program()
         every = self.config["distributed"]["pull_dense_every"]
@@ -217,7 +221,8 @@ class PSJob:
         table_fields = self.model.table_fields()
         sizes = {f.name: f.vocab_size for f in self.fields}
         self.monitor.table_fields = table_fields
-        self.monitor.attach(self.model, {t: self.splits.valid.ids[f] for t, f in table_fields.items()},
+        valid = self.splits.valid.head(MONITORED_VALID_ROWS)
+        self.monitor.attach(self.model, {t: valid.ids[f] for t, f in table_fields.items()},
                             {t: sizes[f] for t, f in table_fields.items()})
 
     def _monitor_step(self, step: int, batch: dict[str, np.ndarray], fetched: list[np.ndarray]) -> None:
@@ -239,6 +244,8 @@ class PSJob:
         elif self.served is not None:
             feed.update({name: np.where(flags[feed[name]], feed[name], 0) for name, flags in self.served.items()})
         feed["label"] = np.asarray(batch["label"], dtype=np.float32)
+        if self.splits.dense_features:
+            feed["dense"] = np.asarray(batch["dense"], dtype=np.float32)
         return feed
 
     def _admission_path(self, rank: int) -> Path:
@@ -249,11 +256,12 @@ class PSJob:
         """Evaluate on the test split and write a paddle_edo checkpoint with every table pulled from
         the servers, so tools/eval.py, export_model.py and infer.py serve the PS-trained model."""
         forward = paddle.static.default_main_program()._prune(targets=[self.logit])
-        test = self.splits.test
-        logits = np.concatenate([exe.run(forward, feed=self._feed(b), fetch_list=[self.logit])[0]
-                                 for b in CTRBatches(test, 8192, shuffle=False)])
-        probabilities = 1.0 / (1.0 + np.exp(-logits))
-        results = {f"test_{k}": v for k, v in self.model.create_metrics(test.labels, probabilities).items()}
+        logits, labels = [], []
+        for batch in CTRBatches(self.splits.test, 8192, shuffle=False):
+            logits.append(exe.run(forward, feed=self._feed(batch), fetch_list=[self.logit])[0])
+            labels.append(batch["label"])
+        probabilities = 1.0 / (1.0 + np.exp(-np.concatenate(logits)))
+        results = {f"test_{k}": v for k, v in self.model.create_metrics(np.concatenate(labels), probabilities).items()}
         state = {**dense_state(exe, self.model), **pulled_tables(exe, self.model, self.fields, self.served)}
         save_checkpoint({"model": state, "optimizer": {},
                          "epoch": self.config["train"]["epochs"], "step_in_epoch": 0, "global_step": 0,

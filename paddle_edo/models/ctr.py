@@ -19,10 +19,11 @@ POOLINGS = ("mean", "sum")
 
 @register_model("deepfm")
 class DeepFM(RecModel):
-    """Field embeddings (multi-valued fields pooled) -> first-order + FM + MLP -> one logit per sample.
+    """Field embeddings (multi-valued fields pooled) -> first-order + FM + MLP -> one logit per sample;
+    dense features (numeric columns) join the MLP's input and a linear first-order term.
 
     ``forward`` takes a list with one id tensor per field, in field order ([batch] or
-    [batch, max_len]); it exports with that list of InputSpecs.
+    [batch, max_len]), then the dense features [batch, K] if any; it exports with that list of InputSpecs.
     """
 
     config_options = {
@@ -34,8 +35,8 @@ class DeepFM(RecModel):
     def __init__(self, fields: Sequence[FieldSpec], embedding: TableSpec | dict[str, Any],
                  hidden_units: Sequence[int] = (256, 128), dropout: float = 0.0, first_order: bool = True,
                  fm: bool = True, pooling: str = "mean",
-                 frequencies: dict[str, Any] | None = None) -> None:
-        super().__init__(fields)
+                 frequencies: dict[str, Any] | None = None, dense_features: Sequence[str] = ()) -> None:
+        super().__init__(fields, dense_features)
         if pooling not in POOLINGS:
             raise EdoValueError(f"DeepFM: pooling = {pooling!r}; expected 'mean' or 'sum'")
         spec = TableSpec.from_section(embedding)
@@ -49,14 +50,16 @@ class DeepFM(RecModel):
             narrow = spec.with_dim(1)
             self.first_order = nn.LayerDict({f.name: narrow.build(f.vocab_size, 0, frequencies.get(f.name))
                                              for f in self.fields})
-        self.mlp = mlp(spec.dim * len(self.fields), hidden_units, dropout)
+        num_dense = len(self.dense_features)
+        self.mlp = mlp(spec.dim * len(self.fields) + num_dense, hidden_units, dropout)
+        self.dense_weights = nn.Linear(num_dense, 1, bias_attr=False) if num_dense else None
 
     @classmethod
     def from_config(cls, fields: Sequence[FieldSpec], config: dict[str, Any],
-                    frequencies: dict[str, Any] | None = None) -> "DeepFM":
+                    frequencies: dict[str, Any] | None = None, dense_features: Sequence[str] = ()) -> "DeepFM":
         model = config["model"]
         return cls(fields, config["embedding"], model["hidden_units"], model["dropout"], model["first_order"],
-                   model["fm"], model["pooling"], frequencies)
+                   model["fm"], model["pooling"], frequencies, dense_features)
 
     def table_fields(self) -> dict[str, str]:
         """Sublayer name of each table -> the field whose ids it looks up (for monitors)."""
@@ -71,10 +74,17 @@ class DeepFM(RecModel):
             return table(ids)
         return pooled_lookup(table, ids, mode=self.pooling, padding_idx=0, owner=f"DeepFM field '{field.name}'")
 
-    def forward(self, ids: list[paddle.Tensor]) -> paddle.Tensor:
+    def forward(self, inputs: list[paddle.Tensor]) -> paddle.Tensor:
+        ids = inputs[:len(self.fields)]
         vectors = [self._lookup(f, self.embeddings[f.name], x) for f, x in zip(self.fields, ids)]
         stacked = paddle.stack(vectors, axis=1)                        # [B, F, D]
-        logit = self.mlp(stacked.flatten(start_axis=1)).squeeze(-1)    # [B]
+        deep = stacked.flatten(start_axis=1)
+        if self.dense_weights is not None:
+            dense = inputs[len(self.fields)].astype(deep.dtype)        # [B, K]
+            deep = paddle.concat([deep, dense], axis=-1)
+        logit = self.mlp(deep).squeeze(-1)                             # [B]
+        if self.dense_weights is not None:
+            logit = logit + self.dense_weights(dense).squeeze(-1)
         if self.use_fm:
             square_of_sum = stacked.sum(axis=1).square()
             sum_of_square = stacked.square().sum(axis=1)

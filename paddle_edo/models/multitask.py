@@ -9,7 +9,7 @@ import paddle.nn as nn
 from ..data.ctr import FieldSpec
 from ..nn import MultiTaskEmbedding, TableSpec
 from ..schema import ConfigError, Option
-from .base import RecModel
+from .base import RecModel, refuse_dense_features
 from .mlp import mlp
 from .registry import register_model
 
@@ -46,7 +46,9 @@ class ClickAndRating(RecModel):
 
     @classmethod
     def from_config(cls, fields: Sequence[FieldSpec], config: dict[str, Any],
-                    frequencies: dict[str, Any] | None = None) -> "ClickAndRating":
+                    frequencies: dict[str, Any] | None = None, dense_features: Sequence[str] = ()
+                    ) -> "ClickAndRating":
+        refuse_dense_features(cls, dense_features)
         model = config["model"]
         return cls(fields, config["embedding"], model["hidden_units"], frequencies, model["task_weights"])
 

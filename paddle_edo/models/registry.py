@@ -1,7 +1,7 @@
 """Maps ``model.name`` to model classes; the ``model`` section's keys are the union of theirs."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..errors import EdoValueError
 from ..schema import ConfigError, Option
@@ -41,6 +41,8 @@ def model_section_options() -> dict[str, Any]:
     return options
 
 
-def build_model(fields, config: dict[str, Any], frequencies: dict[str, Any] | None = None) -> RecModel:
-    """The model a validated config names, for these fields (``frequencies``: id counts per field)."""
-    return model_class(config["model"]["name"]).from_config(fields, config, frequencies)
+def build_model(fields, config: dict[str, Any], frequencies: dict[str, Any] | None = None,
+                dense_features: Sequence[str] = ()) -> RecModel:
+    """The model a validated config names, for these fields (``frequencies``: id counts per field) and
+    dense features (numeric columns, by name)."""
+    return model_class(config["model"]["name"]).from_config(fields, config, frequencies, dense_features)

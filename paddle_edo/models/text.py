@@ -9,7 +9,7 @@ from ..data.ctr import FieldSpec
 from ..nn import CharWordEmbedding, TableSpec
 from ..nn.char_word import FUSIONS, masked_mean
 from ..schema import ConfigError, Option
-from .base import RecModel
+from .base import RecModel, refuse_dense_features
 from .mlp import mlp
 from .registry import register_model
 
@@ -44,8 +44,9 @@ class TextClassifier(RecModel):
         self.mlp = mlp(spec.dim, hidden_units, dropout)
 
     @classmethod
-    def from_config(cls, fields: Sequence[FieldSpec], config: dict[str, Any], frequencies: Any = None
-                    ) -> "TextClassifier":
+    def from_config(cls, fields: Sequence[FieldSpec], config: dict[str, Any], frequencies: Any = None,
+                    dense_features: Sequence[str] = ()) -> "TextClassifier":
+        refuse_dense_features(cls, dense_features)
         model = config["model"]
         return cls(fields, config["embedding"], model["fusion"], model["hidden_units"], model["dropout"],
                    model["word_dropout"])

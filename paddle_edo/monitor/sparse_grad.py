@@ -35,6 +35,7 @@ from .update_ratio import SavedRows
 
 logger = logging.getLogger("paddle_edo")
 
+MONITORED_VALID_ROWS = 1_000_000  # validation rows whose ids say which rows serving will read
 JOBS_IN_FLIGHT = 4              # logged steps the worker may fall behind before training waits for it
 
 
@@ -90,7 +91,7 @@ class SparseGradMonitor(Callback):
         model = engine.model
         self.table_fields = model.table_fields() if hasattr(model, "table_fields") else {}
         sizes = {field.name: field.vocab_size for field in engine.fields}
-        valid = engine.splits.valid
+        valid = engine.splits.valid.head(MONITORED_VALID_ROWS)  # (a streamed split: its first rows)
         self.attach(model, {table: valid.ids[f] for table, f in self.table_fields.items()},
                     {table: sizes[f] for table, f in self.table_fields.items() if f in sizes})
 

@@ -98,3 +98,12 @@ def test_the_multitask_example_learns_both_tasks():
     lines = run("movielens_multitask.py", "--epochs", "1", "--storage-format", "int8").strip().splitlines()
     assert float(lines[-2].split()[-1]) > 0.75   # test click auc
     assert float(lines[-1].split()[-1]) < 1.0    # test rating rmse (predicting the mean gives 1.13)
+
+
+def test_criteo_files_stream_into_training_and_serve_raw_rows():
+    output = run("criteo_files.py", "--rows", "40000")
+    assert re.search(r"rows per split \{'train': 3\d{4}, 'valid': \d{4}, 'test': \d{4}\}", output)
+    assert "dense features: I1, I2," in output
+    assert float(re.search(r"test AUC ([\d.]+)", output).group(1)) > 0.6
+    assert "scored 4 raw rows (labelled: False)" in output
+    assert "the unseen value deadbeef maps to the unknown id: True" in output

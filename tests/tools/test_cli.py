@@ -39,11 +39,12 @@ def test_out_of_range_id_in_a_data_file_names_file_field_and_value(tmp_path):
     data.write_text("label,user,item\n1,1,2\n0,2,7\n")
     out = tmp_path / "out"
     result = run("train.py", "-c", "configs/movielens_dense.yaml", "-o", "data.name=csv",
-                 "-o", f"data.csv.path={data}", "-o", "data.csv.fields={user: 5, item: 5}",
+                 "-o", f"data.files.path={data}", "-o", "data.files.ids=given",
+                 "-o", "data.files.categorical={user: {num_embeddings: 5}, item: {num_embeddings: 5}}",
                  "-o", f"train.output_dir={out}")
     assert result.returncode == 2
     (line,) = error_lines(result)
-    assert str(data) in line and "field 'item'" in line and "id 7" in line
+    assert f"{data}: line 3, column 'item': '7' is not an integer id in [0, 5)" in line
     assert not out.exists()
 
 
@@ -53,10 +54,11 @@ def test_train_eval_export_infer_on_synthetic_csv_data(tmp_path):
                "--rows-per-field", "300")
     assert made.returncode == 0, made.stderr
     out = tmp_path / "out"
-    args = ["-c", "configs/movielens_dense.yaml", "-o", "data.name=csv", "-o", f"data.csv.path={data}",
-            "-o", "data.csv.fields={f0: 300, f1: 300, f2: 300}", "-o", "train.epochs=2",
+    args = ["-c", "configs/movielens_dense.yaml", "-o", "data.name=csv", "-o", f"data.files.path={data}",
+            "-o", "data.files.ids=given", "-o", "data.files.categorical={f0: {num_embeddings: 300}, "
+            "f1: {num_embeddings: 300}, f2: {num_embeddings: 300}}", "-o", "train.epochs=2",
             "-o", "model.hidden_units=[16]", "-o", f"train.output_dir={out}", "-o", "train.learning_rate=0.01",
-            "-o", "embedding.type=quantized", "-o", "embedding.dtype=int4", "-o", "embedding.mode=qat"]
+            "-o", "embedding.type=quantized", "-o", "embedding.storage_format=int4", "-o", "embedding.mode=qat"]
     trained = run("train.py", *args)
     assert trained.returncode == 0, trained.stderr
     lines = trained.stdout.strip().splitlines()
@@ -95,3 +97,42 @@ def test_the_package_raises_only_its_own_errors():
     found = [f"{path.relative_to(ROOT)}:{number}" for path in sorted((ROOT / "paddle_edo").rglob("*.py"))
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if builtin.search(line)]
     assert found == [] and issubclass(EdoError, Exception)
+
+
+def test_a_raw_csv_trains_evaluates_exports_and_serves_raw_rows(tmp_path):
+    made = run("get_data.py", "csv-example", "--out", str(tmp_path), "--rows", "6000")
+    assert made.returncode == 0, made.stderr
+    data = tmp_path / "clicks.csv"
+    out = tmp_path / "out"
+    args = ["-c", "configs/csv_example.yaml", "-o", f"data.files.path={data}", "-o", f"train.output_dir={out}",
+            "-o", "train.epochs=2"]
+    trained = run("train.py", *args)
+    assert trained.returncode == 0, trained.stderr
+    test_lines = trained.stdout.strip().splitlines()[-2:]
+    assert float(test_lines[0].split()[-1]) > 0.6
+    assert sorted(p.name for p in (out / "data").iterdir()) == [
+        "plan.json", "vocabulary.city.parquet", "vocabulary.device.parquet", "vocabulary.tags.parquet",
+        "vocabulary.user.parquet"]
+    evaluated = run("eval.py", *args)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert evaluated.stdout.strip().splitlines()[-2:] == test_lines
+    exported = run("export_model.py", *args)
+    assert exported.returncode == 0, exported.stderr
+    assert (out / "inference" / "data" / "plan.json").is_file()
+    served = run("infer.py", *args)
+    assert served.returncode == 0, served.stderr
+    assert served.stdout.strip().splitlines()[-2:] == test_lines  # Paddle Inference == dygraph
+    rows = tmp_path / "rows.csv"  # rows to score as a service gets them: no label, unseen values
+    rows.write_text("user,city,device,tags,price,age,hour\nu00001,北京,ios,科技|游戏,12.5,33,20\n"
+                    "new-user,火星,watch,,,,\n", encoding="utf-8")
+    scored = run("infer.py", *args, "--input", str(rows), "--output", str(tmp_path / "p.npy"))
+    assert scored.returncode == 0, scored.stderr
+    assert f"{rows}: 2 rows scored" in scored.stdout and "auc" not in scored.stdout
+    import numpy as np
+    probabilities = np.load(tmp_path / "p.npy")
+    assert probabilities.shape == (2,) and ((probabilities > 0) & (probabilities < 1)).all()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("user,city,device,tags,price,age,hour\nu1,北京,ios,,cheap,33,20\n", encoding="utf-8")
+    refused = run("infer.py", *args, "--input", str(bad))
+    assert refused.returncode == 2
+    assert error_lines(refused) == [f"error: {bad}: line 2, column 'price': 'cheap' is not a number"]
