@@ -10,7 +10,7 @@ from typing import Any
 import paddle
 
 from .data.options import DATA_OPTIONS
-from .errors import EdoDeprecationWarning, EdoRuntimeError
+from .errors import DivergedError, EdoDeprecationWarning, EdoRuntimeError
 from .models import model_section_options
 from .nn import load_model_with_caches
 from .nn.registry import check_embedding_section
@@ -21,10 +21,6 @@ CHECKPOINT_SECTIONS = ("data", "model", "embedding")  # what a checkpoint must h
 
 class CheckpointError(EdoRuntimeError):
     pass
-
-
-class DivergedError(EdoRuntimeError):
-    """The loss became NaN or infinite: raised before a checkpoint is written, so the last one stays."""
 
 
 def check_finite(loss: float, where: str) -> None:

@@ -13,6 +13,10 @@ class EdoValueError(EdoError, ValueError):
     """A bad value: a setting, a shape, a file's content."""
 
 
+class DataError(EdoValueError):
+    """Bad data: the message names the file (and line, column) or field and the bad value."""
+
+
 class EdoTypeError(EdoError, TypeError):
     """A value of the wrong kind (float ids, an optimizer a table cannot train with)."""
 
@@ -30,6 +34,10 @@ class EdoKeyError(EdoError, KeyError):
 
 class EdoRuntimeError(EdoError, RuntimeError):
     """Something that cannot run as asked (a mode, a missing compiler, a missing optimizer binding)."""
+
+
+class DivergedError(EdoRuntimeError):
+    """The loss became NaN or infinite: raised before a checkpoint is written, so the last one stays."""
 
 
 class EdoFileNotFoundError(EdoError, FileNotFoundError):

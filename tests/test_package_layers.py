@@ -15,6 +15,7 @@ LAYERS = [  # lowest first; units on one layer do not import each other
     {"memory", "text"},
     {"data"},
     {"export"},
+    {"serving"},
     {"models", "monitor"},
     {"checkpoint"},
     {"distributed"},

@@ -45,8 +45,7 @@ def fail_cleanly(debug: bool = False) -> Iterator[None]:
     status 2 (a diverged run: status 1); with ``debug`` the traceback is shown too. Anything else is a
     bug and keeps its traceback. Logs to the console."""
     log_to_console()
-    from paddle_edo.checkpoint import DivergedError
-    from paddle_edo.errors import EdoError
+    from paddle_edo.errors import DivergedError, EdoError
 
     try:
         yield

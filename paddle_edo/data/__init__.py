@@ -1,52 +1,24 @@
 """Data sets (MovieLens-100K, synthetic Zipf CTR, the reviews, a user's CSV / Parquet / Criteo files)
-and batching through paddle.io."""
+and batching through paddle.io. Names load on first use: the vocabularies and hashing need no Paddle."""
 from __future__ import annotations
 
-from pathlib import Path
+import importlib
 from typing import Any
 
-from .chnsenti import load_chnsenti, load_reviews
-from .criteo import write_criteo_synthetic
-from .csv_ctr import write_csv
-from .ctr import (CTRBatches, CTRTable, DataError, FieldSpec, Splits, count_frequencies, make_loader, split_rows,
-                  split_table)
-from .fetch import default_cache_dir, fetch
-from .movielens import load_movielens
-from .options import TABULAR_NAMES
-from .stream import StreamedSplit, load_rows, load_tables
-from .synthetic import make_synthetic_ctr, zipf_ids
-from .tabular import SPLITS, DataPlan, TabularSource, prepare_plan
+_EXPORTS = {
+    "CTRBatches": "ctr", "CTRTable": "ctr", "FieldSpec": "ctr", "Splits": "ctr", "count_frequencies": "ctr",
+    "make_loader": "ctr", "split_rows": "ctr", "split_table": "ctr", "DataError": "ctr",
+    "load_chnsenti": "chnsenti", "load_reviews": "chnsenti", "write_criteo_synthetic": "criteo",
+    "write_csv": "csv_ctr", "default_cache_dir": "fetch", "fetch": "fetch", "load_movielens": "movielens",
+    "StreamedSplit": "stream", "load_rows": "stream", "load_tables": "stream",
+    "make_synthetic_ctr": "synthetic", "zipf_ids": "synthetic", "DataPlan": "tabular", "TabularSource": "tabular",
+    "load_dataset": "datasets", "load_files": "datasets",
+}
+
+__all__ = sorted(_EXPORTS)
 
 
-def load_dataset(data_config: dict[str, Any], state_dir: str | Path | None = None) -> Splits:
-    """The train / valid / test splits a validated ``data`` config section describes. The user's files
-    (csv, parquet, criteo) keep their data plan (vocabularies, statistics) in ``state_dir``, made once."""
-    name = data_config["name"]
-    if name in TABULAR_NAMES:
-        return load_files(data_config, None if state_dir is None else Path(state_dir))
-    if name == "movielens":
-        table = load_movielens(data_config["cache_dir"])
-    elif name == "chnsenti":
-        return load_chnsenti(data_config)
-    else:
-        table = make_synthetic_ctr(**data_config["synthetic"])
-    return split_table(table, data_config["split"], data_config["seed"])
-
-
-def load_files(data_config: dict[str, Any], state_dir: Path | None) -> Splits:
-    """A user's files: the plan (made or reloaded), then the splits in memory or streamed (data.files.in_memory)."""
-    files = data_config["files"]
-    plan = prepare_plan(TabularSource.from_config(data_config), state_dir)
-    in_memory = files["in_memory"]
-    if in_memory == "auto":
-        in_memory = sum(f.stat().st_size for f in plan.source.files) <= files["in_memory_bytes"]
-    if in_memory:
-        tables = load_tables(plan)
-        return Splits(*(tables[split] for split in SPLITS), plan=plan)
-    return Splits(*(StreamedSplit(plan, split, files["shuffle_buffer"]) for split in SPLITS), plan=plan)
-
-
-__all__ = ["CTRBatches", "CTRTable", "DataError", "DataPlan", "FieldSpec", "Splits", "StreamedSplit", "TabularSource",
-           "count_frequencies", "default_cache_dir", "fetch", "load_chnsenti", "load_dataset", "load_files",
-           "load_movielens", "load_reviews", "load_rows", "make_loader", "make_synthetic_ctr", "split_rows", "split_table",
-           "write_criteo_synthetic", "write_csv", "zipf_ids"]
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module 'paddle_edo.data' has no attribute {name!r}")

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from ..text import CharWordEncoder, JiebaTokenizer, Vocab
-from .ctr import CTRTable, DataError, FieldSpec, Splits, split_rows
+from ..errors import DataError
+from .ctr import CTRTable, FieldSpec, Splits, split_rows
 from .fetch import fetch
 
 

@@ -7,11 +7,7 @@ from typing import Any, Iterator
 import numpy as np
 import paddle
 
-from ..errors import EdoValueError
-
-
-class DataError(EdoValueError):
-    """Bad data: the message names the file or field and the bad value."""
+from ..errors import DataError
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..runtime import default_cache_dir
-from .ctr import DataError
+from ..errors import DataError
 
 
 @dataclass(frozen=True)

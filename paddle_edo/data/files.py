@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from .ctr import DataError
+from ..errors import DataError
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 EXAMPLES_KEPT = 5

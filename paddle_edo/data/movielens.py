@@ -6,7 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .ctr import CTRTable, DataError, FieldSpec
+from ..errors import DataError
+from .ctr import CTRTable, FieldSpec
 from .fetch import fetch
 
 AGE_BUCKETS = (18, 25, 35, 45, 50, 56)  # the MovieLens-1M age groups

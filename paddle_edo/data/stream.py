@@ -9,7 +9,8 @@ from typing import Any, Iterator, TypeVar
 
 import numpy as np
 
-from .ctr import CTRTable, DataError, FieldSpec
+from ..errors import DataError
+from .ctr import CTRTable, FieldSpec
 from .tabular import SPLITS, DataPlan, TabularSource
 
 PREFETCH_CHUNKS = 8  # items a reader thread may run ahead of their use

@@ -14,7 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .columns import CategoricalColumn, LabelRule, NumericColumn, categorical_columns, numeric_columns, to_numbers
-from .ctr import DataError, FieldSpec
+from ..errors import DataError
+from .ctr import FieldSpec
 from .files import BadRows, FileFormat, column_names, file_kind, first_line_cells, list_files, read_batches
 from .hashing import mix64, stable_hash
 from .numeric import NumericFeature, NumericStats
@@ -267,7 +268,7 @@ class DataPlan:
             ids = np.zeros((rows, width), dtype=np.int64)
             keep = position < width
             ids[row[keep], position[keep]] = self._ids(column, flat)[keep]
-            arrays[column.name] = ids
+            arrays[column.name] = ids if width > 1 else ids[:, 0]  # training saw one value a cell at most
         for column in self.source.numeric:
             if column.bucketized:
                 arrays[column.name] = self.numeric[column.name].transform(parsed.numbers[column.name])
@@ -391,7 +392,8 @@ def build_plan(source: TabularSource) -> DataPlan:
             sizes[column.name] = max(2, counted[column.name].counts().num_rows + 1)
         else:
             sizes[column.name] = column.num_embeddings
-    lengths = {name: max(2, min(n, next(c.max_values for c in source.categorical if c.name == name)))
+    # a multi-valued column whose training cells hold one value at most is a single-valued field
+    lengths = {name: max(1, min(n, next(c.max_values for c in source.categorical if c.name == name)))
                for name, n in longest.items()}
     numeric = {c.name: NumericFeature.fit(c, stats[c.name]) for c in source.numeric}
     return DataPlan(source, vocabularies, sizes, lengths, numeric, dict(zip(SPLITS, (int(r) for r in rows))))

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .ctr import DataError
+from ..errors import DataError
 from .hashing import stable_hash
 
 REDUCE_EVERY = 2_000_000  # distinct (value, count) pairs held before they are merged

@@ -1,6 +1,7 @@
 import json
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
@@ -144,3 +145,18 @@ def test_split_by_file_gives_the_last_files_to_valid_and_test(tmp_path):
     config["files"]["path"] = str(tmp_path / "day_[01].csv")
     with pytest.raises(DataError, match="2 files leave none for training"):
         TabularSource.from_config(config)
+
+
+def test_a_multi_valued_column_with_one_value_a_cell_is_a_single_valued_field(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text("label,tags\n" + "1,a\n0,b\n" * 20 + "1,a|b\n")
+    config = {"name": "csv", "split": [0.5, 0.25, 0.25], "files": {"path": str(path),
+                                                                  "categorical": {"tags": {"separator": "|"}}}}
+    for seed, max_len in ((1, 2), (2, 1)):  # the a|b row (row 40) is in training with seed 1, in test with seed 2
+        source = TabularSource.from_config(load_config(base={"data": {**config, "seed": seed}})["data"])
+        assert source.split_codes(0, 40, 1)[0] == (0 if max_len == 2 else 2)
+        plan = build_plan(source)
+        assert [f.max_len for f in plan.fields] == [max_len]
+    test = load_tables(plan)["test"]
+    assert test.ids["tags"].ndim == 1  # a cell of two values outside training keeps its first
+    assert test.ids["tags"][-1] == plan.vocabularies["tags"].ids(pa.array(["a"]))[0] != 0

@@ -1,0 +1,176 @@
+"""Exported tables opened memory-mapped with numpy alone (no copy, no Paddle): rows by id or by raw value,
+packed rows decoded, and the resident bytes the mapping holds."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..data.hashing import stable_hash
+from ..errors import DataError, EdoIndexError, EdoKeyError
+from .format import decode_rows, file_sha256, hashed_buckets, open_packed, read_manifest
+
+
+class ValueIds:
+    """A field's raw values in id order -> ids, found by stable hash (null entries have no value)."""
+
+    def __init__(self, values: pa.Array, unknown_id: int | None) -> None:
+        self.values = values
+        self.unknown_id = unknown_id
+        hashes = stable_hash(values)
+        present = np.flatnonzero(hashes != 0)
+        order = np.argsort(hashes[present], kind="stable")
+        self._hashes, self._ids = hashes[present][order], present[order].astype(np.int64)
+
+    def ids(self, values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, known): the id of each value, and whether the value has an id of its own."""
+        hashes = stable_hash(pa.array([None if v is None else str(v) for v in values], pa.string()))
+        if not len(self._hashes):
+            return np.zeros(len(hashes), np.int64), np.zeros(len(hashes), bool)
+        position = np.minimum(np.searchsorted(self._hashes, hashes), len(self._hashes) - 1)
+        known = (self._hashes[position] == hashes) & (hashes != 0)
+        return np.where(known, self._ids[position], -1), known
+
+    def value(self, row_id: int) -> str | None:
+        return self.values[row_id].as_py() if 0 <= row_id < len(self.values) else None
+
+
+class TableStore:
+    """One exported table, memory-mapped. ``rows(ids)`` -> float32 [n, dim] (packed rows decoded, hash
+    tables combined from their shared rows); ``rows_for_values(values)`` looks ids up in the saved
+    values first; ``resident_bytes()`` is what the mapping holds in memory now."""
+
+    def __init__(self, folder: Path, name: str, entry: dict[str, Any], verify: bool = False) -> None:
+        self.folder, self.name, self.entry = folder, name, entry
+        self.path = folder / entry["file"]
+        if not self.path.is_file():
+            raise DataError(f"table {name!r}: {self.path} is missing")
+        if verify:
+            self.verify()
+        self.kind, self.dim, self.num_rows = entry["kind"], int(entry["dim"]), int(entry["rows"])
+        self.padding_idx = entry.get("padding_idx")
+        self.format = entry.get("format", "float32")
+        self.codes = self.params = None
+        if self.kind == "packed":
+            header, self.codes, self.params = open_packed(self.path)
+            if (header["rows"], header["dim"], header["format"]) != (self.num_rows, self.dim, self.format):
+                raise DataError(f"{self.path}: its header ({header['rows']} x {header['dim']} {header['format']}) "
+                                f"does not match tables.json ({self.num_rows} x {self.dim} {self.format})")
+        else:
+            try:
+                self.matrix = np.load(self.path, mmap_mode="r")
+            except ValueError as exc:
+                raise DataError(f"{self.path} is truncated or damaged ({exc})") from None
+            expected_rows = entry["num_buckets"] if self.kind == "hashed" else self.num_rows
+            width = self.dim // entry["num_hashes"] if entry.get("combine") == "concat" else self.dim
+            if self.matrix.shape != (expected_rows, width):
+                raise DataError(f"{self.path}: rows of shape {self.matrix.shape}, tables.json says "
+                                f"{(expected_rows, width)}")
+        self.coefficients = np.asarray(entry["coefficients"], dtype=np.int64) if self.kind == "hashed" else None
+        self.value_ids: ValueIds | None = None
+        if entry.get("values"):
+            values = pq.read_table(folder / entry["values"])["value"].combine_chunks()
+            self.value_ids = ValueIds(values, entry.get("unknown_id"))
+
+    @classmethod
+    def open(cls, path: str | Path, name: str | None = None, verify: bool = False) -> "TableStore":
+        """A table of an export folder: ``path`` the folder (with ``name``) or the table's own file."""
+        path = Path(path)
+        folder, file_name = (path, None) if path.is_dir() else (path.parent, path.name)
+        tables = read_manifest(folder)["tables"]
+        if name is None:
+            matches = [n for n, e in tables.items() if e["file"] == file_name] if file_name else list(tables)
+            if len(matches) != 1:
+                raise EdoKeyError(f"{path}: name one of its tables ({', '.join(tables)})")
+            name = matches[0]
+        if name not in tables:
+            raise EdoKeyError(f"{folder} has no table {name!r}; it has {', '.join(tables)}")
+        return cls(folder, name, tables[name], verify)
+
+    def verify(self) -> None:
+        """Refuse a file whose bytes are not those exported (sha256 in tables.json)."""
+        if file_sha256(self.path) != self.entry["sha256"]:
+            raise DataError(f"{self.path} does not match its checksum in tables.json: the export is damaged "
+                            f"or was changed")
+
+    def check_ids(self, ids: np.ndarray) -> None:
+        if self.kind == "hashed":
+            return  # any id hashes to rows
+        bad = (ids < 0) | (ids >= self.num_rows)
+        if bad.any():
+            raise EdoIndexError(f"table {self.name!r}: id {int(ids[bad][0])} is out of range [0, {self.num_rows})")
+
+    def rows(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """float32 [n, dim] rows of the ids (the padding row, if any, reads as stored: zeros)."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        self.check_ids(ids)
+        if self.kind == "packed":
+            return decode_rows(self.codes[ids], None if self.params is None else self.params[ids], self.format,
+                               self.dim)
+        if self.kind == "rows":
+            return np.asarray(self.matrix[ids], dtype=np.float32)
+        buckets = hashed_buckets(ids, self.coefficients, self.entry["num_buckets"])
+        parts = self.matrix[buckets.reshape(-1)].reshape(len(ids), buckets.shape[1], -1)
+        combine = self.entry["combine"]
+        rows = parts.reshape(len(ids), -1) if combine == "concat" else parts.sum(axis=1)
+        if combine == "mean":
+            rows = rows * np.float32(1.0 / self.entry["num_hashes"])
+        if self.padding_idx is not None:
+            rows[ids == self.padding_idx] = 0.0
+        return np.asarray(rows, dtype=np.float32)
+
+    def ids_of_values(self, values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, known) of raw values: through the saved values; hashed fields by the stable hash; values
+        without an id get the unknown id where the table has one, else -1."""
+        if self.entry.get("id_source") == "hash":
+            ids = stable_hash(pa.array([None if v is None else str(v) for v in values], pa.string()))
+            return ids, ids != 0
+        if self.value_ids is None:
+            raise EdoKeyError(f"table {self.name!r} was exported without its values; look rows up by id")
+        ids, known = self.value_ids.ids(values)
+        if self.value_ids.unknown_id is not None:
+            ids = np.where(known, ids, self.value_ids.unknown_id)
+        return ids, known
+
+    def value_of(self, row_id: int) -> str | None:
+        """The raw value of an id (None if the table has no values or the id has none)."""
+        return self.value_ids.value(row_id) if self.value_ids is not None else None
+
+    def all_rows(self, chunk: int = 262_144) -> np.ndarray:
+        """Every row as float32 [num_rows, dim] (decoded in chunks; for building indexes)."""
+        if self.kind == "rows":
+            return np.asarray(self.matrix, dtype=np.float32)
+        return np.concatenate([self.rows(np.arange(s, min(s + chunk, self.num_rows)))
+                               for s in range(0, self.num_rows, chunk)])
+
+    def resident_bytes(self) -> int:
+        """Bytes of this table's file mapped into memory now (Linux /proc/self/smaps; 0 elsewhere)."""
+        return mapped_resident_bytes(self.path)
+
+    def info(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "rows": self.num_rows, "dim": self.dim, "format": self.format,
+                "file_bytes": self.path.stat().st_size, "resident_bytes": self.resident_bytes(),
+                "values": self.value_ids is not None}
+
+
+def open_tables(folder: str | Path, verify: bool = False) -> dict[str, TableStore]:
+    """Every table of an export folder, by name."""
+    folder = Path(folder)
+    return {name: TableStore(folder, name, entry, verify) for name, entry in read_manifest(folder)["tables"].items()}
+
+
+def mapped_resident_bytes(path: Path) -> int:
+    """Resident bytes of the mappings of ``path`` in this process (the Rss lines of /proc/self/smaps)."""
+    smaps = Path("/proc/self/smaps")
+    if not smaps.exists():
+        return 0
+    target, total, inside = str(Path(path).resolve()), 0, False
+    for line in smaps.read_text().splitlines():
+        if "-" in line.split(" ", 1)[0] and len(line.split()) >= 5:  # a mapping's header line
+            inside = line.split()[-1] == target
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1]) * 1024
+    return total
