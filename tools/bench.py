@@ -7,6 +7,7 @@
   python tools/bench.py text [--seeds 1 2 3] [--epochs N]
   python tools/bench.py ps
   python tools/bench.py data [--rows 1000000] [--scale-rows 20000000]
+  python tools/bench.py serving [--rate 500] [--seconds 60]
 """
 from __future__ import annotations
 
@@ -593,7 +594,21 @@ def run_data(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
-RUNNERS = {"data": run_data, "quantized": run_quantized, "shared": run_shared, "monitor": run_monitor, "cache": run_cache,
+def run_serving(args: argparse.Namespace, out: Path) -> int:
+    """Exported tables: reopen cost, FAISS retrieval against exact search, the HTTP service under load."""
+    from tools import bench_serving
+
+    result = bench_serving.serving_benchmark(args.export_rows, args.retrieval_rows, args.service_rows, args.rate,
+                                             args.seconds)
+    result["settings"] = {"threads": args.threads, "malloc": MALLOC}
+    (out / "serving.json").write_text(json.dumps(result, indent=2))
+    table = bench_serving.markdown(result)
+    (out / "serving.md").write_text(table + "\n")
+    print(table)
+    return 0
+
+
+RUNNERS = {"serving": run_serving, "data": run_data, "quantized": run_quantized, "shared": run_shared, "monitor": run_monitor, "cache": run_cache,
            "text": run_text, "lookups": run_lookups, "to_static": run_to_static, "ps": run_ps, "versions": run_versions}
 
 
@@ -646,6 +661,14 @@ def main(argv: list[str] | None = None) -> int:
                       help="where the generated data is kept between runs")
     data.add_argument("--threads", type=int, default=2)
     data.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
+    serving = sub.add_parser("serving", help="exported tables: reopen cost, FAISS retrieval, the HTTP service")
+    serving.add_argument("--export-rows", type=int, default=4_000_000)
+    serving.add_argument("--retrieval-rows", type=int, default=1_000_000)
+    serving.add_argument("--service-rows", type=int, default=1_000_000)
+    serving.add_argument("--rate", type=float, default=500.0, help="requests per second of the fixed-rate load")
+    serving.add_argument("--seconds", type=float, default=60.0)
+    serving.add_argument("--threads", type=int, default=2)
+    serving.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     versions = sub.add_parser("versions", help="two runs of `lookups` (e.g. one per Paddle) side by side")
     versions.add_argument("--lookups", nargs=2, required=True, help="the two lookups.json files")
     versions.add_argument("--names", nargs=2, default=["Paddle 2.6.2", "Paddle 3.3.1"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,7 @@ from ..errors import EdoError
 from .retrieval import NeighbourIndex
 from .store import TableStore
 
+logger = logging.getLogger("paddle_edo")
 LATENCY_WINDOW = 10_000  # recent requests whose latencies /stats summarises
 
 
@@ -272,6 +274,8 @@ def create_app(tables: dict[str, TableStore], indexes: dict[str, NeighbourIndex]
     async def lifespan(app: Starlette):
         yield
         service.executor.shutdown(wait=True, cancel_futures=True)  # clean shutdown: running lookups finish
+        logger.info("service stopped cleanly after %d requests (%d refused, %d failed)", service.counts["requests"],
+                    service.counts["refused"], service.counts["failed"])
 
     routes = [Route("/health", timed(health), methods=["GET"]), Route("/stats", timed(stats), methods=["GET"]),
               Route("/rows", timed(rows), methods=["POST"]), Route("/neighbors", timed(neighbours), methods=["POST"])]

@@ -107,3 +107,13 @@ def test_criteo_files_stream_into_training_and_serve_raw_rows():
     assert float(re.search(r"test AUC ([\d.]+)", output).group(1)) > 0.6
     assert "scored 4 raw rows (labelled: False)" in output
     assert "the unseen value deadbeef maps to the unknown id: True" in output
+
+
+def test_trained_tables_serve_rows_and_neighbours_without_paddle_objects():
+    output = run("serve_tables.py", "--rows", "8000", "--epochs", "1")
+    assert "embeddings.user (packed, int8)" in output
+    assert re.search(r"user table: [\d,]+ x 8 int8, [\d,]+ bytes on disk, 0 resident after opening", output)
+    assert "u00000 -> id 1, someone-new -> id 0 (known: [True, False])" in output
+    nearest = re.search(r"users nearest to u00000: (u\d+) .*\nPOST /rows", output).group(1)
+    assert f"POST /neighbors u00000 -> ['{nearest}'" in output
+    assert "known [True, False]" in output and "0 failed" in output and "service stopped" in output

@@ -136,3 +136,47 @@ def test_a_raw_csv_trains_evaluates_exports_and_serves_raw_rows(tmp_path):
     refused = run("infer.py", *args, "--input", str(bad))
     assert refused.returncode == 2
     assert error_lines(refused) == [f"error: {bad}: line 2, column 'price': 'cheap' is not a number"]
+    check_tables_export_retrieval_and_service(args, out / "tables")
+
+
+def check_tables_export_retrieval_and_service(args, tables):
+    """The trained run's tables as files, their neighbours, and the HTTP service over them."""
+    exported = run("export_tables.py", *args)
+    assert exported.returncode == 0, exported.stderr
+    assert "embeddings.user: rows" in exported.stdout and "values by raw value" in exported.stdout
+    assert (tables / "tables.json").is_file() and (tables / "values.user.parquet").is_file()
+    near = run("retrieve.py", "--tables", str(tables), "--table", "embeddings.city", "--values", "北京,火星", "-k", "3")
+    assert near.returncode == 0, near.stderr
+    lines = near.stdout.splitlines()
+    assert lines[0].startswith("built a flat index") and lines[1].startswith("北京 (id ")
+    assert "火星 (id 0) (not in the vocabulary: its unknown row):" in near.stdout
+    assert sum(line.startswith("  ") for line in lines) == 6
+    again = run("retrieve.py", "--tables", str(tables), "--table", "embeddings.city", "--ids", "1", "-k", "2")
+    assert not again.stdout.startswith("built")  # the saved index is loaded
+    wrong = run("retrieve.py", "--tables", str(tables), "--table", "embeddings.city", "--ids", "99", "-k", "2")
+    assert error_lines(wrong) == ["error: table 'embeddings.city': id 99 is out of range [0, 11)"]
+    import json
+    import socket
+    import urllib.request
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, str(ROOT / "tools" / "serve_tables.py"), "--tables", str(tables),
+                               "--index", "embeddings.city", "--port", str(port)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+    try:
+        assert "serving 10 tables (1 with neighbours)" in server.stdout.readline()
+        body = json.dumps({"table": "embeddings.user", "values": ["u00001", "nobody"]}).encode()
+        for _ in range(100):
+            try:
+                answer = json.loads(urllib.request.urlopen(urllib.request.Request(
+                    f"http://127.0.0.1:{port}/rows", data=body), timeout=5).read())
+                break
+            except OSError:
+                import time
+                time.sleep(0.1)
+        assert answer["known"] == [True, False] and answer["ids"][1] == 0 and len(answer["rows"][0]) == 8
+    finally:
+        server.terminate()
+        rest, _ = server.communicate(timeout=30)
+    assert "stopped cleanly after 1 requests" in rest
