@@ -21,6 +21,24 @@ def experiment_parser(doc: str | None) -> argparse.ArgumentParser:
     return parser
 
 
+def trained_experiment_parser(doc: str | None) -> argparse.ArgumentParser:
+    """experiment_parser with --checkpoint: the tools that load a trained run."""
+    parser = experiment_parser(doc)
+    parser.add_argument("--checkpoint", help="default: <train.output_dir>/checkpoints/last.pdckpt")
+    return parser
+
+
+def trained_engine(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+    """(config, engine) of a trained run: its checkpoint loaded and packed for serving."""
+    from paddle_edo import load_config
+    from paddle_edo.engine import Engine
+
+    config = load_config(args.config, args.override)
+    engine = Engine(config)
+    engine.load_for_serving(args.checkpoint or engine.checkpoint_path)
+    return config, engine
+
+
 def add_debug_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true", help="show the traceback of paddle_edo's errors too")
 

@@ -8,22 +8,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools._cli import experiment_parser, fail_cleanly  # noqa: E402
+from tools._cli import fail_cleanly, trained_engine, trained_experiment_parser  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = experiment_parser(__doc__)
-    parser.add_argument("--checkpoint", help="default: <train.output_dir>/checkpoints/last.pdckpt")
+    parser = trained_experiment_parser(__doc__)
     args = parser.parse_args(argv)
     with fail_cleanly(args.debug):
-        from paddle_edo import load_config
         from paddle_edo.config import export_prefix
-        from paddle_edo.engine import Engine
         from paddle_edo.export import export_model, program_file
 
-        config = load_config(args.config, args.override)
-        engine = Engine(config)
-        engine.load_for_serving(args.checkpoint or engine.checkpoint_path)
+        config, engine = trained_engine(args)
         prefix = export_model(engine.model, engine.model.input_specs(), export_prefix(config),
                               config["export"]["fused_kernels"])
         print(engine.memory_report())

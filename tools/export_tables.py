@@ -13,23 +13,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools._cli import experiment_parser, fail_cleanly  # noqa: E402
+from tools._cli import fail_cleanly, trained_engine, trained_experiment_parser  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = experiment_parser(__doc__)
-    parser.add_argument("--checkpoint", help="default: <train.output_dir>/checkpoints/last.pdckpt")
+    parser = trained_experiment_parser(__doc__)
     parser.add_argument("--out", help="default: <train.output_dir>/tables")
     args = parser.parse_args(argv)
     with fail_cleanly(args.debug):
-        from paddle_edo import load_config
-        from paddle_edo.engine import Engine
-        from paddle_edo.serving import export_tables, open_tables
         from paddle_edo.memory import format_bytes
+        from paddle_edo.serving import export_tables, open_tables
 
-        config = load_config(args.config, args.override)
-        engine = Engine(config)
-        engine.load_for_serving(args.checkpoint or engine.checkpoint_path)
+        config, engine = trained_engine(args)
         plan = engine.splits.plan
         values = dict(engine.splits.vocabularies)
         id_sources = {}

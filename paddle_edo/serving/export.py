@@ -21,7 +21,8 @@ from ..nn.base import EmbeddingBase
 from ..nn.dense import DenseEmbedding
 from ..nn.quantized import QuantizedEmbedding
 from ..nn.shared import HashEmbedding
-from .format import MANIFEST, VERSION, file_sha256, write_manifest, write_packed
+from ..data.vocabulary import file_digest
+from .format import MANIFEST, VERSION, write_manifest, write_packed
 
 MATERIALISE_CHUNK = 65_536  # ids looked up at a time when rows are materialised
 
@@ -64,13 +65,13 @@ def _export_table(layer: paddle.nn.Layer, folder: Path, name: str) -> dict[str, 
         write_packed(path, codes, params, {"format": layer.format.name, "rows": layer.num_embeddings,
                                            "dim": layer.embedding_dim, "padding_idx": layer.padding_idx})
         return {"kind": "packed", "file": path.name, "rows": layer.num_embeddings, "dim": layer.embedding_dim,
-                "format": layer.format.name, "padding_idx": layer.padding_idx, "sha256": file_sha256(path)}
+                "format": layer.format.name, "padding_idx": layer.padding_idx, "sha256": file_digest(path)}
     if type(layer) is HashEmbedding and type(layer.table) is DenseEmbedding:
         path = _save_npy(folder / f"{name}.npy", layer.table.weight.numpy())
         return {"kind": "hashed", "file": path.name, "rows": layer.num_embeddings, "dim": layer.embedding_dim,
                 "format": "float32", "padding_idx": layer.padding_idx, "num_buckets": layer.num_buckets,
                 "num_hashes": layer.num_hashes, "combine": layer.combine,
-                "coefficients": layer.coefficients.numpy().tolist(), "sha256": file_sha256(path)}
+                "coefficients": layer.coefficients.numpy().tolist(), "sha256": file_digest(path)}
     if type(layer) is DenseEmbedding:
         rows = layer.weight.numpy()
     elif isinstance(layer, EmbeddingBase):
@@ -81,7 +82,7 @@ def _export_table(layer: paddle.nn.Layer, folder: Path, name: str) -> dict[str, 
         raise EdoValueError(f"export_tables: {name} is a {type(layer).__name__}, not a paddle_edo table")
     path = _save_npy(folder / f"{name}.npy", rows.astype(np.float32, copy=False))
     return {"kind": "rows", "file": path.name, "rows": int(rows.shape[0]), "dim": int(rows.shape[1]),
-            "format": "float32", "padding_idx": getattr(layer, "padding_idx", None), "sha256": file_sha256(path),
+            "format": "float32", "padding_idx": getattr(layer, "padding_idx", None), "sha256": file_digest(path),
             "materialised_from": None if type(layer) is DenseEmbedding else type(layer).__name__}
 
 
@@ -103,4 +104,4 @@ def _write_values(vocabulary: Any, path: Path) -> dict[str, Any]:
     temporary = path.with_name(path.name + ".tmp")
     pq.write_table(pa.table({"value": pa.array(values, pa.string())}), temporary)
     os.replace(temporary, path)
-    return {"values": path.name, "unknown_id": unknown, "values_sha256": file_sha256(path)}
+    return {"values": path.name, "unknown_id": unknown, "values_sha256": file_digest(path)}

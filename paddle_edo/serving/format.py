@@ -3,7 +3,6 @@ packed rows (a JSON header, then the codes and the fp16 row parameters, each sec
 and ``tables.json``, the manifest naming every table, its kind, shape, values file and checksum."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
@@ -19,14 +18,6 @@ MAGIC = b"EDOTABLE"
 VERSION = 1
 MANIFEST = "tables.json"
 ALIGN = 64
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(4 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _aligned(offset: int) -> int:

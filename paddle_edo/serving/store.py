@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 
 from ..data.hashing import stable_hash
 from ..errors import DataError, EdoIndexError, EdoKeyError
-from .format import decode_rows, file_sha256, hashed_buckets, open_packed, read_manifest
+from ..data.vocabulary import file_digest
+from .format import decode_rows, hashed_buckets, open_packed, read_manifest
 
 
 class ValueIds:
@@ -92,7 +93,7 @@ class TableStore:
 
     def verify(self) -> None:
         """Refuse a file whose bytes are not those exported (sha256 in tables.json)."""
-        if file_sha256(self.path) != self.entry["sha256"]:
+        if file_digest(self.path) != self.entry["sha256"]:
             raise DataError(f"{self.path} does not match its checksum in tables.json: the export is damaged "
                             f"or was changed")
 

@@ -120,3 +120,16 @@ def test_the_store_needs_no_paddle(exported):
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == ["(2, 16) [2]", "False"]
+
+
+def test_a_text_vocabulary_maps_unseen_words_to_its_unk_row(tmp_path):
+    from paddle_edo.text import Vocab
+
+    model = paddle.nn.Layer()
+    model.words = DenseEmbedding(4, 8, padding_idx=0)
+    model.table_fields = lambda: {"words": "words"}
+    export_tables(model, tmp_path, {"words": Vocab(["[PAD]", "[UNK]", "电脑", "手机"])})
+    store = TableStore.open(tmp_path)
+    ids, known = store.ids_of_values(["手机", "量子计算机"])
+    assert ids.tolist() == [3, 1] and known.tolist() == [True, False]
+    assert store.value_of(2) == "电脑"
