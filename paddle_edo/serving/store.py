@@ -2,6 +2,7 @@
 packed rows decoded, and the resident bytes the mapping holds."""
 from __future__ import annotations
 
+import mmap
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -57,6 +58,8 @@ class TableStore:
         self.codes = self.params = None
         if self.kind == "packed":
             header, self.codes, self.params = open_packed(self.path)
+            for mapped in (self.codes, self.params):
+                read_randomly(mapped)
             if (header["rows"], header["dim"], header["format"]) != (self.num_rows, self.dim, self.format):
                 raise DataError(f"{self.path}: its header ({header['rows']} x {header['dim']} {header['format']}) "
                                 f"does not match tables.json ({self.num_rows} x {self.dim} {self.format})")
@@ -65,6 +68,7 @@ class TableStore:
                 self.matrix = np.load(self.path, mmap_mode="r")
             except ValueError as exc:
                 raise DataError(f"{self.path} is truncated or damaged ({exc})") from None
+            read_randomly(self.matrix)
             expected_rows = entry["num_buckets"] if self.kind == "hashed" else self.num_rows
             width = self.dim // entry["num_hashes"] if entry.get("combine") == "concat" else self.dim
             if self.matrix.shape != (expected_rows, width):
@@ -161,6 +165,15 @@ def open_tables(folder: str | Path, verify: bool = False) -> dict[str, TableStor
     """Every table of an export folder, by name."""
     folder = Path(folder)
     return {name: TableStore(folder, name, entry, verify) for name, entry in read_manifest(folder)["tables"].items()}
+
+
+def read_randomly(array: np.ndarray | None) -> None:
+    """Tell the kernel a mapping is read at random rows (MADV_RANDOM): a lookup then reads the pages of
+    its rows, not a readahead window around each (on a cold cache, 1,000 rows of a 1 GiB table brought
+    4 MiB in with it, where readahead would bring far more)."""
+    handle = getattr(array, "_mmap", None)
+    if handle is not None and hasattr(mmap, "MADV_RANDOM"):
+        handle.madvise(mmap.MADV_RANDOM)
 
 
 def mapped_resident_bytes(path: Path) -> int:
