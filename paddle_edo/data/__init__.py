@@ -9,7 +9,7 @@ _EXPORTS = {
     "CTRBatches": "ctr", "CTRTable": "ctr", "FieldSpec": "ctr", "Splits": "ctr", "count_frequencies": "ctr",
     "make_loader": "ctr", "split_rows": "ctr", "split_table": "ctr", "DataError": "ctr",
     "load_chnsenti": "chnsenti", "load_reviews": "chnsenti", "write_criteo_synthetic": "criteo",
-    "write_csv": "csv_ctr", "default_cache_dir": "fetch", "fetch": "fetch", "load_movielens": "movielens",
+    "write_csv": "csv_ctr", "default_cache_dir": "packaged", "fetch": "packaged", "load_movielens": "movielens",
     "StreamedSplit": "stream", "load_rows": "stream", "load_tables": "stream",
     "make_synthetic_ctr": "synthetic", "zipf_ids": "synthetic", "DataPlan": "tabular", "TabularSource": "tabular",
     "load_dataset": "datasets", "load_files": "datasets",

@@ -10,7 +10,7 @@ import numpy as np
 from ..text import CharWordEncoder, JiebaTokenizer, Vocab
 from ..errors import DataError
 from .ctr import CTRTable, FieldSpec, Splits, split_rows
-from .fetch import fetch
+from .packaged import fetch
 
 
 def load_reviews(cache_dir: str | Path | None = None) -> tuple[list[str], np.ndarray]:

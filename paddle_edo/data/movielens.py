@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import DataError
 from .ctr import CTRTable, FieldSpec
-from .fetch import fetch
+from .packaged import fetch
 
 AGE_BUCKETS = (18, 25, 35, 45, 50, 56)  # the MovieLens-1M age groups
 

