@@ -143,7 +143,7 @@ def _csv_batches(path: Path, form: FileFormat, columns: list[str], bad_rows: Bad
         for batch in reader:
             yield row, batch
             row += batch.num_rows
-    except pa.ArrowException as exc:
+    except (pa.ArrowException, OSError) as exc:
         if refused:
             raise refused[0] from None
         raise DataError(f"{path}: cannot be read as CSV after data row {row} ({exc})") from None
@@ -168,8 +168,11 @@ def _csv_column_names(path: Path, form: FileFormat) -> list[str]:
 
 def first_line_cells(path: Path, separator: str) -> list[str]:
     """The cells of a CSV file's first line (compressed files read as they are)."""
-    with pa.input_stream(str(path), compression="detect") as stream:
-        first = io.TextIOWrapper(stream, encoding="utf-8", errors="replace").readline()
+    try:
+        with pa.input_stream(str(path), compression="detect") as stream:
+            first = io.TextIOWrapper(stream, encoding="utf-8", errors="replace").readline()
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(f"{path}: cannot be read ({exc})") from None
     return first.rstrip("\r\n").split(separator)
 
 

@@ -73,3 +73,13 @@ def test_skipped_rows_are_counted_up_to_the_limit(tmp_path):
     assert bad.count == 2 and "2 bad rows skipped" in bad.summary()
     with pytest.raises(DataError, match="more than data.files.max_bad_rows = 1 bad rows"):
         rows(path, ["label", "user"], bad=BadRows(skip=True, limit=1))
+
+
+def test_unreadable_files_are_named(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_bytes(b"label,user\n1,\xff\xfe\n")
+    with pytest.raises(DataError, match=r"d.csv: cannot be read as CSV after data row 0 \(.*UTF8"):
+        rows(path, ["label", "user"])
+    (tmp_path / "d.csv.gz").write_bytes(b"not gzip at all")
+    with pytest.raises(DataError, match=r"d.csv.gz: cannot be read"):
+        rows(tmp_path / "d.csv.gz", ["label"])
