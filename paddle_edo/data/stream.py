@@ -53,10 +53,11 @@ class StreamedSplit:
         source = self.plan.source
         for file_index, first_row, batch in prefetched(source.batches(bad)):  # parsing overlaps encoding
             # this split's rows first (their split follows from their place), then only they are parsed
-            rows = np.flatnonzero(source.split_codes(file_index, first_row, batch.num_rows) == self.code)
+            codes = source.split_codes(file_index, first_row, batch.num_rows)
+            rows = np.flatnonzero(codes == self.code)
             if not len(rows):
                 continue
-            parsed = self.plan.parse(file_index, first_row, batch.take(rows), bad, rows)
+            parsed = self.plan.parse(file_index, first_row, batch.take(rows), bad, rows, codes[rows])
             mine = np.arange(parsed.batch.num_rows)
             if self.world_size > 1:
                 position = seen + mine

@@ -157,12 +157,14 @@ class Parsed:
 
 
 def parse(source: TabularSource, file_index: int, first_row: int, batch: pa.RecordBatch, bad: BadRows,
-          given_bounds: dict[str, int], positions: np.ndarray | None = None) -> Parsed:
+          given_bounds: dict[str, int], positions: np.ndarray | None = None,
+          splits: np.ndarray | None = None) -> Parsed:
     """Check every cell the model needs; a bad row is refused (file, line, column, value) or dropped.
-    ``positions``: the rows' places in the batch read from the file, when the batch holds some of them."""
+    When the batch holds some of the rows read from the file: ``positions``, their places there, and
+    ``splits``, their splits."""
     rows = batch.num_rows
     if positions is None:
-        positions = np.arange(rows)
+        positions, splits = np.arange(rows), source.split_codes(file_index, first_row, rows)
     dropped = np.zeros(rows, dtype=bool)
 
     def refuse(mask: np.ndarray, column: str, values: pa.Array, problem: str) -> None:
@@ -194,7 +196,6 @@ def parse(source: TabularSource, file_index: int, first_row: int, batch: pa.Reco
         ids, bad_ids = _given_ids(values, column.separator)
         refuse(bad_ids | ((ids < 0) | (ids >= bound)).reshape(rows, -1).any(axis=1), name, values,
                f"is not an integer id in [0, {bound})")
-    splits = source.split_codes(file_index, first_row, int(positions[-1]) + 1 if rows else 0)[positions]
     if dropped.any():
         keep = ~dropped
         batch = batch.filter(pa.array(keep))
@@ -250,8 +251,8 @@ class DataPlan:
         return {c.name: c.num_embeddings for c in self.source.categorical if c.ids == "given"}
 
     def parse(self, file_index: int, first_row: int, batch: pa.RecordBatch, bad: BadRows,
-              positions: np.ndarray | None = None) -> Parsed:
-        return parse(self.source, file_index, first_row, batch, bad, self.given_bounds(), positions)
+              positions: np.ndarray | None = None, splits: np.ndarray | None = None) -> Parsed:
+        return parse(self.source, file_index, first_row, batch, bad, self.given_bounds(), positions, splits)
 
     def encode(self, parsed: Parsed) -> dict[str, np.ndarray]:
         """Model inputs of parsed rows: one int64 id array per field ([N] or [N, max_len]), ``dense``
