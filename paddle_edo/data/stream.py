@@ -65,8 +65,7 @@ class StreamedSplit:
                 mine = mine[(position % self.world_size == self.rank) & (position < limit * self.world_size)]
                 if not len(mine):
                     continue
-                parsed = type(parsed)(parsed.batch.take(mine), parsed.labels[mine],
-                                      {k: v[mine] for k, v in parsed.numbers.items()}, parsed.splits[mine])
+                parsed = parsed.take(mine)
             yield self.plan.encode(parsed)
 
     def iter_batches(self, batch_size: int, shuffle: bool, seed: int, epoch: int, skip_batches: int = 0

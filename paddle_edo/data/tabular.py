@@ -148,12 +148,20 @@ class TabularSource:
 
 @dataclass
 class Parsed:
-    """A batch's good rows with their labels and numbers parsed."""
+    """A batch's good rows with their labels, numbers and given ids parsed (given ids: [N], or [N, the
+    batch's longest cell] for a multi-valued column, padded with 0)."""
 
     batch: pa.RecordBatch
     labels: np.ndarray
     numbers: dict[str, np.ndarray]
     splits: np.ndarray
+    given: dict[str, np.ndarray]
+
+    def take(self, rows: np.ndarray) -> "Parsed":
+        """The parsed rows at these positions (boolean mask or indices)."""
+        batch = self.batch.filter(pa.array(rows)) if rows.dtype == bool else self.batch.take(rows)
+        return Parsed(batch, self.labels[rows], {k: v[rows] for k, v in self.numbers.items()}, self.splits[rows],
+                      {k: v[rows] for k, v in self.given.items()})
 
 
 def parse(source: TabularSource, file_index: int, first_row: int, batch: pa.RecordBatch, bad: BadRows,
@@ -190,18 +198,15 @@ def parse(source: TabularSource, file_index: int, first_row: int, batch: pa.Reco
         values = batch.column(column.name)
         numbers[column.name], bad_numbers = to_numbers(values)
         refuse(bad_numbers, column.name, values, "is not a number")
+    given = {}
     for name, bound in given_bounds.items():
         column = next(c for c in source.categorical if c.name == name)
         values = batch.column(name)
-        ids, bad_ids = _given_ids(values, column.separator)
-        refuse(bad_ids | ((ids < 0) | (ids >= bound)).reshape(rows, -1).any(axis=1), name, values,
+        given[name], bad_ids = _given_ids(values, column.separator)
+        refuse(bad_ids | ((given[name] < 0) | (given[name] >= bound)).reshape(rows, -1).any(axis=1), name, values,
                f"is not an integer id in [0, {bound})")
-    if dropped.any():
-        keep = ~dropped
-        batch = batch.filter(pa.array(keep))
-        labels, splits = labels[keep], splits[keep]
-        numbers = {k: v[keep] for k, v in numbers.items()}
-    return Parsed(batch, labels, numbers, splits)
+    parsed = Parsed(batch, labels, numbers, splits, given)
+    return parsed.take(~dropped) if dropped.any() else parsed
 
 
 def _given_ids(values: pa.Array, separator: str | None) -> tuple[np.ndarray, np.ndarray]:
@@ -262,13 +267,17 @@ class DataPlan:
         for column in self.source.categorical:
             values = batch.column(column.name)
             if column.separator is None:
-                arrays[column.name] = self._ids(column, values)
+                arrays[column.name] = parsed.given[column.name] if column.ids == "given" else self._ids(column, values)
                 continue
-            flat, row, position, _ = split_cells(values, column.separator)
             width = self.lengths[column.name]
             ids = np.zeros((rows, width), dtype=np.int64)
-            keep = position < width
-            ids[row[keep], position[keep]] = self._ids(column, flat)[keep]
+            if column.ids == "given":
+                cells = parsed.given[column.name][:, :width]
+                ids[:, :cells.shape[1]] = cells
+            else:
+                flat, row, position, _ = split_cells(values, column.separator)
+                keep = position < width
+                ids[row[keep], position[keep]] = self._ids(column, flat)[keep]
             arrays[column.name] = ids if width > 1 else ids[:, 0]  # training saw one value a cell at most
         for column in self.source.numeric:
             if column.bucketized:
@@ -280,8 +289,7 @@ class DataPlan:
         return arrays
 
     def _ids(self, column: CategoricalColumn, values: pa.Array) -> np.ndarray:
-        if column.ids == "given":
-            return _given_ids(values, None)[0]
+        """Ids of raw values by vocabulary or hash (given ids come parsed)."""
         if column.ids == "hash":
             return map_distinct(as_strings(values), stable_hash)
         return self.vocabularies[column.name].ids(values)
