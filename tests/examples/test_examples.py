@@ -73,6 +73,17 @@ def test_char_word_embeddings_score_sentences_with_unseen_words():
     assert len(re.findall(r"P\(positive\) word-only [\d.]+, char\+word [\d.]+ \(unseen words: ", output)) == 3
 
 
+def test_new_words_are_scored_and_get_neighbours_from_their_characters():
+    output = run("chinese_new_words.py", "--epochs", "1", "--words", "给力", "坑爹", "䶮䶮")
+    rows = table_rows(output)
+    for fusion in ("word", "gate"):
+        assert number(rows[fusion][0]) > 0.75 and number(rows[fusion][1]) > 0.7 and int(rows[fusion][2]) > 50
+    assert len(re.findall(r"P\(positive\) word-only [\d.]+, char\+word [\d.]+ \(words the table lacks: ", output)) == 4
+    neighbours = dict(re.findall(r"^(\S+) \(unseen\) is nearest to: (.+)$", output, re.M))
+    assert set(neighbours) == {"给力", "坑爹", "䶮䶮"} - set(re.findall(r"^(\S+) is known", output, re.M))
+    assert neighbours["䶮䶮"] == "(no known character)"
+
+
 def test_visualdl_monitoring_writes_the_series():
     output = run("visualdl_monitoring.py")
     assert int(re.search(r"(\d+) scalar series", output).group(1)) > 50
