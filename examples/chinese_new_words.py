@@ -17,11 +17,10 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import paddle
-
 from paddle_edo import load_config
+from paddle_edo.data import text_encoder
 from paddle_edo.engine import Engine
-from paddle_edo.text import CharWordEncoder, JiebaTokenizer, fit_composer, read_word2vec
+from paddle_edo.text import fit_composer, read_word2vec
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "chnsenti_charword.yaml"
 SENTENCES = ["这款手机真给力，续航超出预期", "客服太坑爹了，退款拖了一个月", "被朋友种草了，果然没让我失望",
@@ -29,17 +28,10 @@ SENTENCES = ["这款手机真给力，续航超出预期", "客服太坑爹了�
 UNSEEN = ["给力", "坑爹", "种草", "糟透", "超值", "性价比"]
 
 
-def positive_probability(engine: Engine, sentence: str) -> tuple[float, list[str]]:
-    """The trained model's P(positive) for a sentence, and the words of it the word table lacks."""
-    vocabularies, text = engine.splits.vocabularies, engine.config["data"]["text"]
-    encoder = CharWordEncoder(JiebaTokenizer(), vocabularies["words"], vocabularies["chars"], text["max_words"],
-                              text["max_chars_per_word"])
-    batch = encoder.encode_batch([sentence])
-    engine.model.eval()
-    with paddle.no_grad():
-        logit = engine.model([paddle.to_tensor(batch.word_ids), paddle.to_tensor(batch.char_ids.reshape(1, -1))])
-    unseen = [w for w in encoder.tokenizer.cut(sentence) if w not in vocabularies["words"]]
-    return paddle.nn.functional.sigmoid(logit).item(), unseen
+def score(engine: Engine, sentences: list[str]) -> tuple[list[float], list[list[str]]]:
+    """The trained model's P(positive) of each sentence, and the words of each the word table lacks."""
+    encoder = text_encoder(engine.config["data"], engine.splits.vocabularies)
+    return engine.model.predict_texts(encoder, sentences).tolist(), [encoder.unknown_words(s) for s in sentences]
 
 
 def nearest_known_words(tokens: list[str], vectors: np.ndarray, words: list[str], k: int = 5) -> dict[str, list[str]]:
@@ -73,11 +65,11 @@ def main(argv: list[str] | None = None) -> dict:
     for fusion, r in results.items():
         print(f"| {fusion} | {r['test_accuracy']:.4f} | {r['test_new_words_accuracy']:.4f} | "
               f"{r['test_new_words_rows']} |")
-    for sentence in args.sentences:
-        word_only, unseen = positive_probability(engines["word"], sentence)
-        gated, _ = positive_probability(engines["gate"], sentence)
-        print(f"{sentence}: P(positive) word-only {word_only:.2f}, char+word {gated:.2f} "
-              f"(words the table lacks: {', '.join(unseen) or 'none'})")
+    word_only, unseen = score(engines["word"], args.sentences)
+    gated, _ = score(engines["gate"], args.sentences)
+    for sentence, p_word, p_gate, lacking in zip(args.sentences, word_only, gated, unseen):
+        print(f"{sentence}: P(positive) word-only {p_word:.2f}, char+word {p_gate:.2f} "
+              f"(words the table lacks: {', '.join(lacking) or 'none'})")
     if args.vectors:
         tokens, vectors = read_word2vec(args.vectors)
     else:

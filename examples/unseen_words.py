@@ -13,26 +13,17 @@ import argparse
 import tempfile
 from pathlib import Path
 
-import paddle
-
 from paddle_edo import load_config
+from paddle_edo.data import text_encoder
 from paddle_edo.engine import Engine
-from paddle_edo.text import CharWordEncoder, JiebaTokenizer
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "chnsenti_charword.yaml"
 
 
-def positive_probability(engine: Engine, sentence: str) -> tuple[float, list[str]]:
-    """The trained model's P(positive) for a sentence, and the words of it the vocabulary lacks."""
-    vocabularies, text = engine.splits.vocabularies, engine.config["data"]["text"]
-    encoder = CharWordEncoder(JiebaTokenizer(), vocabularies["words"], vocabularies["chars"], text["max_words"],
-                              text["max_chars_per_word"])
-    batch = encoder.encode_batch([sentence])
-    engine.model.eval()
-    with paddle.no_grad():
-        logit = engine.model([paddle.to_tensor(batch.word_ids), paddle.to_tensor(batch.char_ids.reshape(1, -1))])
-    unseen = [w for w in encoder.tokenizer.cut(sentence) if w not in vocabularies["words"]]
-    return paddle.nn.functional.sigmoid(logit).item(), unseen
+def score(engine: Engine, sentences: list[str]) -> tuple[list[float], list[list[str]]]:
+    """The trained model's P(positive) of each sentence, and the words of each the word table lacks."""
+    encoder = text_encoder(engine.config["data"], engine.splits.vocabularies)
+    return engine.model.predict_texts(encoder, sentences).tolist(), [encoder.unknown_words(s) for s in sentences]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -53,11 +44,11 @@ def main(argv: list[str] | None = None) -> dict:
     print("| embedding | test accuracy | test sentences with an unseen word | how many |")
     for fusion, r in results.items():
         print(f"| {fusion} | {r['test_accuracy']:.4f} | {r['test_oov_accuracy']:.4f} | {r['test_oov_rows']} |")
-    for sentence in args.sentences:
-        word_only, unseen = positive_probability(engines["word"], sentence)
-        gated, _ = positive_probability(engines["gate"], sentence)
-        print(f"{sentence}: P(positive) word-only {word_only:.2f}, char+word {gated:.2f} "
-              f"(unseen words: {', '.join(unseen) or 'none'})")
+    word_only, unseen = score(engines["word"], args.sentences)
+    gated, _ = score(engines["gate"], args.sentences)
+    for sentence, p_word, p_gate, lacking in zip(args.sentences, word_only, gated, unseen):
+        print(f"{sentence}: P(positive) word-only {p_word:.2f}, char+word {p_gate:.2f} "
+              f"(unseen words: {', '.join(lacking) or 'none'})")
     return {fusion: {"accuracy": r["test_accuracy"], "oov_accuracy": r["test_oov_accuracy"]}
             for fusion, r in results.items()}
 

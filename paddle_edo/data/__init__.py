@@ -8,7 +8,7 @@ from typing import Any
 _EXPORTS = {
     "CTRBatches": "ctr", "CTRTable": "ctr", "FieldSpec": "ctr", "Splits": "ctr", "count_frequencies": "ctr",
     "make_loader": "ctr", "split_rows": "ctr", "split_table": "ctr", "DataError": "ctr",
-    "load_chnsenti": "chnsenti", "load_reviews": "chnsenti", "write_criteo_synthetic": "criteo",
+    "load_chnsenti": "chnsenti", "load_reviews": "chnsenti", "text_encoder": "chnsenti", "write_criteo_synthetic": "criteo",
     "write_csv": "csv_ctr", "default_cache_dir": "packaged", "fetch": "packaged", "load_movielens": "movielens",
     "StreamedSplit": "stream", "load_rows": "stream", "load_tables": "stream",
     "make_synthetic_ctr": "synthetic", "zipf_ids": "synthetic", "DataPlan": "tabular", "TabularSource": "tabular",

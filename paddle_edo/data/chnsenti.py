@@ -65,6 +65,14 @@ def new_words(segmented: list[list[str]], new_words_config: dict[str, Any], cach
     return {found[i] for i in chosen[: round(new_words_config["share"] * len(found))]}
 
 
+def text_encoder(data_config: dict[str, Any], vocabularies: dict[str, Vocab]) -> CharWordEncoder:
+    """The encoder of raw text for a model trained on ``load_chnsenti(data_config)``: the same jieba
+    settings, the split's word and character vocabularies, max_words and max_chars_per_word."""
+    text = data_config["text"]
+    return CharWordEncoder(JiebaTokenizer(text["user_dicts"], hmm=text["hmm"]), vocabularies["words"],
+                           vocabularies["chars"], text["max_words"], text["max_chars_per_word"])
+
+
 def load_chnsenti(data_config: dict[str, Any]) -> Splits:
     """Seeded split of the reviews; vocabularies from the training split only (``text`` settings), so
     valid and test hold words never seen in training. ``extra["test_oov"]``: the test sentences with
@@ -80,8 +88,7 @@ def load_chnsenti(data_config: dict[str, Any]) -> Splits:
     words = Vocab.build(([w for w in s if w not in coined] for s in train_words), text["min_freq"],
                         text["max_word_vocab"])
     chars = Vocab.build(([c for w in s for c in w] for s in train_words), 1, text["max_char_vocab"])
-    encoder = CharWordEncoder(tokenizer, words, chars, text["max_words"], text["max_chars_per_word"])
-    table = text_table(encoder, segmented, labels)
+    table = text_table(text_encoder(data_config, {"words": words, "chars": chars}), segmented, labels)
     seen = {w for s in train_words for w in s}
     extra = {"test_oov": [i for i in test_rows if any(w not in seen for w in segmented[i][: text["max_words"]])]}
     if coined:

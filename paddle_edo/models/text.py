@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
@@ -13,6 +14,7 @@ from ..nn import CharWordEmbedding, TableSpec
 from ..nn.char_word import FUSIONS, masked_mean
 from ..errors import EdoValueError
 from ..schema import ConfigError, Option
+from ..text import CharWordEncoder
 from .base import RecModel, refuse_dense_features
 from .mlp import mlp
 from .registry import register_model
@@ -127,6 +129,15 @@ class TextClassifier(RecModel):
         names = {"embedding.words": "words", "embedding.chars": "chars"}
         return {name: field for name, field in names.items()
                 if getattr(self.embedding, name.split(".")[1]) is not None}
+
+    def predict_texts(self, encoder: CharWordEncoder, texts: Sequence[str]) -> np.ndarray:
+        """P(positive) [N] of N raw texts, encoded by ``encoder`` (the vocabularies the model was trained
+        with); evaluation mode, no gradient."""
+        batch = encoder.encode_batch(list(texts))
+        self.eval()
+        with paddle.no_grad():
+            logits = self([paddle.to_tensor(batch.word_ids), paddle.to_tensor(batch.char_ids.reshape(len(texts), -1))])
+        return F.sigmoid(logits).numpy()
 
     def forward(self, ids: list[paddle.Tensor]) -> paddle.Tensor:
         words, chars = ids[0], ids[1]

@@ -43,6 +43,10 @@ class CharWordEncoder:
     def encode(self, text: str) -> tuple[list[int], list[list[int]]]:
         return self.encode_words(self.tokenizer.cut(text))
 
+    def unknown_words(self, text: str) -> list[str]:
+        """The words of ``text`` (within max_words) that the word vocabulary lacks."""
+        return [w for w in self.tokenizer.cut(text)[: self.max_words] if w not in self.words]
+
     def encode_batch(self, texts: Iterable[str] | None = None, segmented: Iterable[Sequence[str]] | None = None
                      ) -> EncodedBatch:
         """Pad a batch of texts (or of already segmented texts) to max_words x max_chars_per_word."""

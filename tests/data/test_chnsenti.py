@@ -1,8 +1,10 @@
 import numpy as np
+import paddle
+import paddle.nn.functional as F
 import pytest
 
 from paddle_edo.config import load_config
-from paddle_edo.data import load_chnsenti, load_reviews
+from paddle_edo.data import load_chnsenti, load_reviews, split_rows, text_encoder
 from paddle_edo.engine import Engine
 from paddle_edo.errors import DataError
 from paddle_edo.schema import ConfigError
@@ -68,9 +70,19 @@ def test_a_lexicon_without_a_word_of_the_corpus_is_refused(tmp_path):
 
 
 def test_char_word_training_learns_sentiment_and_reports_the_oov_subset(tmp_path):
-    results = Engine(config(tmp_path, max_words=24)).fit()
+    engine = Engine(config(tmp_path, max_words=24))
+    results = engine.fit()
     assert results["test_accuracy"] > 0.75 and results["test_oov_accuracy"] > 0.7
     assert results["test_oov_rows"] > 100
+    # raw sentences score as the encoded test split does
+    texts, _ = load_reviews()
+    rows = split_rows(len(texts), engine.config["data"]["split"], engine.config["data"]["seed"])[2][:64]
+    encoder = text_encoder(engine.config["data"], engine.splits.vocabularies)
+    scored = engine.model.predict_texts(encoder, [texts[i] for i in rows])
+    test = engine.splits.test.take(np.arange(64))
+    with paddle.no_grad():
+        logits = engine.model([paddle.to_tensor(test.ids["words"]), paddle.to_tensor(test.ids["chars"])])
+    np.testing.assert_allclose(scored, F.sigmoid(logits).numpy(), rtol=1e-6)
 
 
 def test_pretrained_word_vectors_from_the_config_fill_the_word_table(tmp_path):

@@ -62,6 +62,7 @@ def test_encoder_pads_caps_and_never_fails_on_odd_text():
     assert batch.word_ids[2, :2].tolist() == [1, 1] and batch.char_ids[2, 0].tolist() == [1, 1]  # unseen chars
     assert batch.char_lengths[3, 0] == 2  # 中华人民共和国: capped at max_chars_per_word
     assert batch.word_mask[3].all()       # capped at max_words
+    assert encoder.unknown_words("我们喜欢这本书") == ["这", "本书"] and encoder.unknown_words("") == []
     with pytest.raises(ValueError, match="max_chars_per_word = 0"):
         CharWordEncoder(JiebaTokenizer(), words, chars, max_chars_per_word=0)
 
