@@ -4,7 +4,7 @@
   python tools/bench.py shared [--data movielens|synthetic|lookups]
   python tools/bench.py monitor [--repeats 5]
   python tools/bench.py cache [--quick] [--skip-hit-rates]
-  python tools/bench.py text [--seeds 1 2 3] [--epochs N]
+  python tools/bench.py text [--seeds 1 2 3] [--epochs N] [--parts baseline new_words ...] [--accuracy-seeds 1]
   python tools/bench.py ps
   python tools/bench.py data [--rows 1000000] [--scale-rows 20000000]
   python tools/bench.py serving [--rate 500] [--seconds 60]
@@ -509,6 +509,9 @@ def run_ps(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
+TEXT_PARTS = ("baseline", "new_words", "compose", "accuracy", "throughput")
+
+
 def run_text(args: argparse.Namespace, out: Path) -> int:
     """Char+word fusions: sentiment accuracy (all / OOV subset / new sentiment words) beside a TF-IDF
     baseline, composed vectors of held-out words, tokenising speed."""
@@ -519,13 +522,18 @@ def run_text(args: argparse.Namespace, out: Path) -> int:
     parts = {"baseline": bench_text.tfidf_baseline,
              "new_words": lambda: bench_text.new_words_benchmark(args.seeds, args.epochs),
              "compose": lambda: bench_text.compose_benchmark(word_vectors()),
-             "accuracy": lambda: bench_text.accuracy_benchmark(args.seeds, args.epochs),
+             "accuracy": lambda: bench_text.accuracy_benchmark(args.accuracy_seeds or args.seeds, args.epochs),
              "throughput": bench_text.throughput_benchmark}
-    result = {}
-    for name, measure in parts.items():  # each part is written as soon as it is measured
+    path = out / "text.json"
+    result = json.loads(path.read_text()) if args.parts != list(parts) and path.is_file() else {}
+    for name in args.parts:  # each part is written as soon as it is measured
         print(f"{name}:", flush=True)
-        result[name] = measure()
-        (out / "text.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
+        result[name] = parts[name]()
+        path.write_text(json.dumps(result, indent=2, ensure_ascii=False))
+    missing = [name for name in parts if name not in result]
+    if missing:
+        print(f"{path} lacks {', '.join(missing)}: run those parts to write text.md")
+        return 0
     table = bench_text.markdown(result)
     (out / "text.md").write_text(table + "\n")
     print(table)
@@ -645,11 +653,14 @@ def main(argv: list[str] | None = None) -> int:
     cache.add_argument("--skip-hit-rates", action="store_true", help="step times only")
     cache.add_argument("--threads", type=int, default=2)
     cache.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
-    text = sub.add_parser("text", help="char+word fusions: sentiment accuracy (all / OOV subset), tokenising speed")
+    text = sub.add_parser("text", help="char+word fusions: TF-IDF baseline, new words, OOV subset, composed vectors, tokenising")
     text.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     text.add_argument("--epochs", type=int, default=None, help="default: the config's")
     text.add_argument("--threads", type=int, default=2)
     text.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
+    text.add_argument("--parts", nargs="+", choices=TEXT_PARTS, default=list(TEXT_PARTS),
+                      help="measure these parts only, keeping the others from OUT/text.json")
+    text.add_argument("--accuracy-seeds", type=int, nargs="+", help="seeds of the accuracy part (default: --seeds)")
     lookups = sub.add_parser("lookups", help="per-id and pooled lookups of every format, bags and their training step")
     lookups.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 4_000_000])
     lookups.add_argument("--repeats", type=int, default=11)
