@@ -132,11 +132,17 @@ class TextClassifier(RecModel):
 
     def predict_texts(self, encoder: CharWordEncoder, texts: Sequence[str]) -> np.ndarray:
         """P(positive) [N] of N raw texts, encoded by ``encoder`` (the vocabularies the model was trained
-        with); evaluation mode, no gradient."""
-        batch = encoder.encode_batch(list(texts))
+        with); evaluated without dropout and without gradient, the layer's mode restored after."""
+        texts = list(texts)
+        if not texts:
+            return np.zeros(0, dtype=np.float32)
+        batch = encoder.encode_batch(texts)
+        was_training = self.training
         self.eval()
         with paddle.no_grad():
             logits = self([paddle.to_tensor(batch.word_ids), paddle.to_tensor(batch.char_ids.reshape(len(texts), -1))])
+        if was_training:
+            self.train()
         return F.sigmoid(logits).numpy()
 
     def forward(self, ids: list[paddle.Tensor]) -> paddle.Tensor:

@@ -78,11 +78,15 @@ def test_char_word_training_learns_sentiment_and_reports_the_oov_subset(tmp_path
     texts, _ = load_reviews()
     rows = split_rows(len(texts), engine.config["data"]["split"], engine.config["data"]["seed"])[2][:64]
     encoder = text_encoder(engine.config["data"], engine.splits.vocabularies)
+    engine.model.train()
     scored = engine.model.predict_texts(encoder, [texts[i] for i in rows])
+    assert engine.model.training  # the mode it had
     test = engine.splits.test.take(np.arange(64))
+    engine.model.eval()
     with paddle.no_grad():
         logits = engine.model([paddle.to_tensor(test.ids["words"]), paddle.to_tensor(test.ids["chars"])])
     np.testing.assert_allclose(scored, F.sigmoid(logits).numpy(), rtol=1e-6)
+    assert engine.model.predict_texts(encoder, []).shape == (0,)
 
 
 def test_pretrained_word_vectors_from_the_config_fill_the_word_table(tmp_path):
