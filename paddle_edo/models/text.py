@@ -61,18 +61,24 @@ class SentenceEncoder(nn.Layer):
 
 def _windows(vectors: paddle.Tensor, width: int) -> paddle.Tensor:
     """[B, W, D] -> [B, W, width x D]: each position's vector and the next width - 1 ones (zeros past
-    the end), so that one matmul is a convolution over words (Paddle's CPU Conv1D is ~100x slower)."""
+    the end), so that one matmul is a convolution over words. Gathered with one index_select: Paddle's
+    CPU Conv1D is ~100x slower, and shifted slices joined by concat 4x slower (forward and backward)."""
     if width == 1:
         return vectors
+    length, dim = vectors.shape[1], vectors.shape[2]
     padded = F.pad(vectors, [0, width - 1], data_format="NLC")
-    length = vectors.shape[1]
-    return paddle.concat([padded[:, i:i + length] for i in range(width)], axis=-1)
+    starts = paddle.arange(length, dtype="int64").unsqueeze(1) + paddle.arange(width, dtype="int64").unsqueeze(0)
+    return paddle.index_select(padded, starts.flatten(), axis=1).reshape([0, length, width * dim])
 
 
 def _masked_max(values: paddle.Tensor, mask: paddle.Tensor) -> paddle.Tensor:
-    """Max of values [B, W, H] over the W positions where mask [B, W] is true (zero when none is)."""
+    """Max of values [B, W, H] over the W positions where mask [B, W] is true (zero when none is).
+    Taken at the argmax, so the backward pass is a scatter of B x H values: Paddle's own max backward
+    takes 10x longer on 2.6 and 80x on 3.3 ([128, 128, 64]: 0.23 s and 1.9 s against 0.02 s)."""
     keep = mask.astype(values.dtype).unsqueeze(-1)
-    return (values * keep + (1.0 - keep) * NEG_LARGE).max(axis=1) * keep.max(axis=1)
+    masked = values * keep + (1.0 - keep) * NEG_LARGE
+    top = paddle.argmax(masked, axis=1, keepdim=True)
+    return paddle.take_along_axis(masked, top, axis=1).squeeze(1) * keep.max(axis=1)
 
 
 @register_model("text_classifier")

@@ -18,6 +18,9 @@ MODELS = {
                          CTR_FIELDS),
     "text_classifier": (lambda: TextClassifier(TEXT_FIELDS, {"type": "dense", "dim": 8, "sparse": True}, "gate",
                                                [16]), TEXT_FIELDS),
+    **{f"text_classifier_{encoder}": (lambda encoder=encoder: TextClassifier(
+        TEXT_FIELDS, {"type": "dense", "dim": 8, "sparse": True}, "gate", [16], encoder=encoder, channels=4), TEXT_FIELDS)
+       for encoder in ("cnn", "bigru")},
 }
 
 
