@@ -10,7 +10,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {"ConfigError": "schema", "load_config": "config", "memory_report": "memory",
-            "dequantize_model": "nn.convert", "quantize": "nn.convert", "export_tables": "serving.export"}
+            "dequantize_model": "nn.convert", "quantize": "nn.convert", "export_tables": "serving.export",
+            "plan_tables": "planner.plan"}
 
 __all__ = [*_EXPORTS, "nn", "__version__"]
 

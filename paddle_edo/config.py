@@ -10,9 +10,9 @@ import yaml
 from .data.columns import categorical_columns
 from .data.options import DATA_OPTIONS, TABULAR_NAMES, check_data_section, upgrade_data_section
 from .distributed.options import DISTRIBUTED_OPTIONS, check_distributed_config
-from .models import model_class, model_section_options
+from .models import model_class, model_section_options, table_section_models
 from .models.optimizers import OPTIMIZERS
-from .nn.registry import check_embedding_section, embedding_class, field_tables
+from .nn.registry import AUTO, check_embedding_section, embedding_class, field_tables, table_classes
 from .schema import ConfigError, Option, check_section
 
 # Each section's keys are declared by the package that reads them; this module assembles them.
@@ -92,18 +92,27 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
         else:
             config[section] = check_section(section, raw.get(section), options)
     check_data_section(config["data"])
-    table = embedding_class(config["embedding"]["type"])
+    embedding = config["embedding"]
+    classes = table_classes(embedding)
+    any_id = embedding["type"] != AUTO and embedding_class(embedding["type"]).takes_any_id
     if config["data"]["name"] in TABULAR_NAMES:
         files = config["data"]["files"]
         if files["ids"] == "auto":
-            files["ids"] = "hash" if table.takes_any_id else "vocabulary"
+            files["ids"] = "hash" if any_id else "vocabulary"
         hashed = [c.name for c in categorical_columns(files) if c.ids == "hash"]
-        if hashed and not table.takes_any_id:
+        if hashed and (embedding["type"] == AUTO or not all(cls.takes_any_id for cls in classes)):
             raise ConfigError(f"data.files: column {hashed[0]!r} has hashed ids, which only tables that take any id "
                               f"read ({', '.join(repr(t) for t in field_tables() if embedding_class(t).takes_any_id)}); embedding.type = "
                               f"{config['embedding']['type']!r} needs ids from a vocabulary")
-    table.check_config(config)
-    model_class(config["model"]["name"]).check_config(config)
+    sections = ([] if embedding["type"] == AUTO else [embedding]) + list(embedding["tables"].values())
+    for section in sections:  # each layer checks the config with its own section as the embedding section
+        embedding_class(section["type"]).check_config({**config, "embedding": section})
+    model = model_class(config["model"]["name"])
+    if embedding["tables"] and not model.table_sections:
+        raise ConfigError(f"embedding.tables: model.name = {config['model']['name']!r} builds its tables from the "
+                          f"embedding section alone; single tables' sections work with "
+                          f"{', '.join(repr(n) for n in table_section_models())}")
+    model.check_config(config)
     check_distributed_config(config)
     return config
 

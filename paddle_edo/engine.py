@@ -18,12 +18,12 @@ from .callbacks import Callback
 from .checkpoint import (CheckpointError, check_finite, checkpoint_difference, checkpoint_sections, load_checkpoint,
                          load_model_state, save_checkpoint)
 from .config import dump_config
-from .data import CTRBatches, CTRTable, count_frequencies, load_dataset
+from .data import CTRBatches, CTRTable, Splits, count_frequencies, load_dataset
 from .memory import memory_report
 from .models import build_model
 from .models.optimizers import create_optimizer
 from .monitor import monitors_from_config
-from .nn.registry import embedding_class
+from .nn.registry import table_classes
 from .nn.base import pack_trained, unpacked_tables
 from .nn.cached import bind_optimizer, cached_layers, uncache
 from .nn.convert import row_updated_tables
@@ -38,10 +38,14 @@ EVAL_BATCH_SIZE = 8192
 
 
 class Engine:
-    """Builds data, model and optimizer from a validated config, then trains and evaluates."""
+    """Builds data, model and optimizer from a validated config, then trains and evaluates. ``splits``:
+    data already loaded for this config (the planner's short runs share one load); ``checkpoints``:
+    whether training writes them (runs thrown away after, as the planner's, need none)."""
 
-    def __init__(self, config: dict[str, Any], callbacks: Sequence[Callback] = ()) -> None:
+    def __init__(self, config: dict[str, Any], callbacks: Sequence[Callback] = (), splits: Splits | None = None,
+                 checkpoints: bool = True) -> None:
         self.config = config
+        self.checkpoints = checkpoints
         train = config["train"]
         self.output_dir = Path(train["output_dir"])
         self.rank, self.world_size = _parallel_env(config)  # collective mode: one process per rank
@@ -51,13 +55,13 @@ class Engine:
         runtime.set_num_threads(train["num_threads"])
         runtime.seed_everything(train["seed"])
         # a user's files: rank 0 keeps the data plan (vocabularies, statistics) beside the run
-        self.splits = load_dataset(config["data"], self.output_dir / "data" if self.rank == 0 else None)
+        self.splits = splits or load_dataset(config["data"], self.output_dir / "data" if self.rank == 0 else None)
         self.fields = self.splits.fields
         # Parameter and optimizer-state names come from this engine's own generator, so they are the
         # same in every run of the experiment and a checkpoint's optimizer state loads by name.
         self._names = UniqueNameGenerator()
         frequencies = None
-        if embedding_class(config["embedding"]["type"]).needs_frequencies:
+        if any(cls.needs_frequencies for cls in table_classes(config["embedding"])):
             frequencies = count_frequencies(self.splits.train)  # embedding.frequencies: train
         with unique_name.guard(self._names):
             self.model = build_model(self.fields, config, frequencies, self.splits.dense_features)
@@ -133,7 +137,8 @@ class Engine:
                 "config": checkpoint_sections(self.config)}
 
     def save(self, path: str | Path | None = None) -> Path:
-        """Write a checkpoint (in collective mode rank 0 writes it; the ranks hold the same parameters)."""
+        """Write a checkpoint (in collective mode rank 0 writes it; the ranks hold the same parameters);
+        training calls it at epoch ends (and every train.checkpoint_every_steps) unless checkpoints are off."""
         path = Path(path or self.checkpoint_path)
         return save_checkpoint(self.state(), path) if self.rank == 0 else path
 
@@ -149,6 +154,14 @@ class Engine:
         self.optimizer.set_state_dict(state["optimizer"])
         self.epoch, self.step_in_epoch = state["epoch"], state["step_in_epoch"]
         self.global_step, self.history = state["global_step"], list(state["history"])
+
+    def table_frequencies(self) -> dict[str, np.ndarray] | None:
+        """Each table's id counts in the training split, by table name (None for streamed data, which would
+        take a pass to count): they weight the packing error of quantized tables."""
+        if not isinstance(self.splits.train, CTRTable):
+            return None
+        counts = count_frequencies(self.splits.train)
+        return {name: counts[field] for name, field in self.table_fields.items() if field in counts}
 
     def load_for_serving(self, path: str | Path) -> list[str]:
         """Load a checkpoint, pack its QAT / PTQ tables as the end of training does, and turn cached
@@ -187,13 +200,14 @@ class Engine:
             for name, statistics in self.cache_statistics().items():
                 logger.info("cache %s: hit rate %.3f, %d misses, %d evictions", name, statistics["hit_rate"],
                             statistics["misses"], statistics["evictions"])
-            self.save()
+            if self.checkpoints:
+                self.save()
             for cb in self.callbacks:
                 cb.on_epoch_end(self, self.epoch, logs)
         results = {}
         if unpacked_tables(self.model):
             results.update({f"test_{k}_before_packing": v for k, v in self.evaluate("test").items()})
-            logger.info("packed tables for serving: %s", ", ".join(pack_trained(self.model)))
+            logger.info("packed tables for serving: %s", ", ".join(pack_trained(self.model, self.table_frequencies())))
         results.update({f"test_{k}": v for k, v in self.evaluate("test").items()})
         for subset in self.splits.extra:
             results.update({f"{subset}_{k}": v for k, v in self.evaluate(subset).items()})

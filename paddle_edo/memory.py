@@ -1,11 +1,45 @@
-"""Memory report: per embedding table, bytes by formula beside bytes actually held by its tensors."""
+"""Memory report: per embedding table, bytes by formula beside bytes actually held by its tensors, and
+what the process holds beside them."""
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 
 import paddle
 
 from .nn.base import EmbeddingBase, dtype_name, embedding_layers
+from .runtime import gpu_available
+
+
+def resident_bytes() -> int:
+    """The process's resident memory now (Linux /proc; 0 where it cannot be read)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+BASELINE_RESIDENT = resident_bytes()  # at import, with Paddle loaded: the overhead before any table
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    """What the process holds: resident memory on the CPU (now, and at import of paddle_edo with Paddle
+    loaded: the fixed overhead before any table), and on a GPU what Paddle's allocator has handed out
+    and what it keeps reserved."""
+
+    resident_bytes: int
+    baseline_resident_bytes: int
+    device_allocated_bytes: int = 0
+    device_reserved_bytes: int = 0
+
+
+def process_memory() -> ProcessMemory:
+    allocated = reserved = 0
+    if gpu_available():
+        allocated, reserved = paddle.device.cuda.memory_allocated(), paddle.device.cuda.memory_reserved()
+    return ProcessMemory(resident_bytes(), BASELINE_RESIDENT, int(allocated), int(reserved))
 
 
 @dataclass(frozen=True)
@@ -19,11 +53,13 @@ class TableMemory:
     held_bytes: int
     host_bytes: int = 0  # a cached table's full copy in host RAM or files, beside the device bytes
     note: str = ""       # e.g. why a table the config caches stayed resident
+    error: float | None = None  # packed rows' mean relative L2 error against the trained fp32 rows
 
 
 @dataclass(frozen=True)
 class MemoryReport:
     tables: list[TableMemory]
+    process: ProcessMemory | None = None
 
     @property
     def estimated_bytes(self) -> int:
@@ -39,22 +75,49 @@ class MemoryReport:
 
     def to_dict(self) -> dict:
         return {"tables": [asdict(t) for t in self.tables], "estimated_bytes": self.estimated_bytes,
-                "held_bytes": self.held_bytes, "host_bytes": self.host_bytes}
+                "held_bytes": self.held_bytes, "host_bytes": self.host_bytes,
+                "process": None if self.process is None else asdict(self.process)}
 
     def __str__(self) -> str:
         host = self.host_bytes > 0  # a column for cached tables' host copies, when there are any
-        header = ("table", "type", "rows", "dim", "dtype", "estimated", "held") + (("host",) if host else ())
+        error = any(t.error is not None for t in self.tables)  # and for packed tables' errors
+        header = (("table", "type", "rows", "dim", "dtype", "estimated", "held") + (("host",) if host else ())
+                  + (("error",) if error else ()))
         rows = [(t.name, t.kind, str(t.rows), str(t.dim), t.dtype, format_bytes(t.estimated_bytes),
-                 format_bytes(t.held_bytes)) + ((format_bytes(t.host_bytes),) if host else ()) for t in self.tables]
+                 format_bytes(t.held_bytes)) + ((format_bytes(t.host_bytes),) if host else ())
+                + (("" if t.error is None else f"{t.error:.4f}",) if error else ()) for t in self.tables]
         rows.append(("total", "", "", "", "", format_bytes(self.estimated_bytes), format_bytes(self.held_bytes))
-                    + ((format_bytes(self.host_bytes),) if host else ()))
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-        lines = ["  ".join(c.ljust(w) if i < 2 or i == 4 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-                 for r in [header, *rows]]
-        lines.insert(1, "-" * len(lines[0]))
-        lines.insert(len(lines) - 1, "-" * len(lines[0]))
+                    + ((format_bytes(self.host_bytes),) if host else ()) + (("",) if error else ()))
+        lines = text_table(header, rows, left=(0, 1, 4))
         lines.extend(f"{t.name}: {t.note}" for t in self.tables if t.note)
+        if error:
+            lines.append("error: packed rows' mean relative L2 error against the trained fp32 rows")
+        if self.process is not None:
+            lines.append(process_line(self.process, self.held_bytes))
         return "\n".join(lines)
+
+
+def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], left: tuple[int, ...]) -> list[str]:
+    """Lines of a plain-text table whose last row is a total: columns padded to their widest cell (those in
+    ``left`` flush left, the others right), rules under the header and above the total."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             for r in [header, *rows]]
+    lines.insert(1, "-" * len(lines[0]))
+    lines.insert(len(lines) - 1, "-" * len(lines[0]))
+    return lines
+
+
+def process_line(process: ProcessMemory, held: int) -> str:
+    """What the process holds beside the tables, in one line."""
+    beside = process.resident_bytes - process.baseline_resident_bytes - held
+    line = (f"process: {format_bytes(process.resident_bytes)} resident = the overhead at import "
+            f"{format_bytes(process.baseline_resident_bytes)} + tables {format_bytes(held)} + "
+            f"{format_bytes(max(beside, 0)) if beside >= 0 else '-' + format_bytes(-beside)} else")
+    if process.device_reserved_bytes:
+        line += (f"; GPU {format_bytes(process.device_allocated_bytes)} allocated, "
+                 f"{format_bytes(process.device_reserved_bytes)} reserved")
+    return line
 
 
 def format_bytes(n: int) -> str:
@@ -80,7 +143,8 @@ def held_bytes(layer: paddle.nn.Layer) -> int:
 
 
 def memory_report(model: paddle.nn.Layer) -> MemoryReport:
-    """One row per embedding table; the estimate is the layer's formula, held is what its tensors take."""
+    """One row per embedding table (the estimate is the layer's formula, held is what its tensors take,
+    error a packed table's), and what the process holds now."""
     tables = []
     for name, layer in embedding_layers(model):
         if isinstance(layer, EmbeddingBase):
@@ -92,6 +156,7 @@ def memory_report(model: paddle.nn.Layer) -> MemoryReport:
             estimate = rows * dim * layer.weight.element_size()
         host = layer.host_bytes() if callable(getattr(layer, "host_bytes", None)) else 0
         note = layer.report_note if isinstance(layer, EmbeddingBase) else ""
+        error = layer.packing_error if isinstance(layer, EmbeddingBase) else None
         tables.append(TableMemory(name or type(layer).__name__, kind, rows, dim, dtype, estimate, held_bytes(layer),
-                                  host, note))
-    return MemoryReport(tables)
+                                  host, note, error))
+    return MemoryReport(tables, process_memory())

@@ -1,8 +1,9 @@
-"""Where and how computation runs: device chosen at run time, CPU threads, seeds, AMP availability, and
-the folder downloaded files are kept in."""
+"""Where and how computation runs: device chosen at run time, CPU threads, seeds, AMP availability,
+freed memory handed back, and the folder downloaded files are kept in."""
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import os
 import random
 import warnings
@@ -74,3 +75,15 @@ def default_cache_dir() -> Path:
     """Where fetched data and jieba's parsed dictionary are kept: ``$PADDLE_EDO_CACHE``, else
     ``~/.cache/paddle_edo``."""
     return Path(os.environ.get("PADDLE_EDO_CACHE", Path.home() / ".cache" / "paddle_edo"))
+
+
+def release_freed_memory() -> None:
+    """Hand memory that was freed back to the system: glibc keeps freed heap pages (a packed table's
+    fp32 master, gone, still counted as resident: 538 MiB held for a 259 MiB int8 table, measured) until
+    ``malloc_trim``; a GPU allocator keeps freed blocks cached until emptied."""
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+    if gpu_available():
+        paddle.device.cuda.empty_cache()

@@ -34,8 +34,8 @@ def test_defaults_are_filled_and_overrides_are_typed_by_yaml():
     assert config["train"]["learning_rate"] == pytest.approx(0.01)
     assert config["train"]["resume"] is True
     assert config["train"]["amp"] == {"enable": False, "level": "O1", "dtype": "float16"}
-    assert config["embedding"] == {"type": "dense", "dim": 16, "sparse": True, "min_rows": 0, "init_std": 0.01,
-                                   "deduplicate": True}
+    assert config["embedding"] == {"type": "dense", "dim": 16, "sparse": True, "min_rows": 0, "tables": {},
+                                   "init_std": 0.01, "deduplicate": True}
 
 
 def test_integer_given_for_a_float_is_widened():
@@ -173,3 +173,37 @@ def test_concat_tables_are_refused_with_first_order_tables():
     assert "embedding.operation = 'concat'" in message and "model.first_order" in message
     assert "embedding.combine = 'concat'" in error_of("embedding.type=hash", "embedding.combine=concat")
     load_config(CONFIG, ["embedding.type=qr", "embedding.operation=concat", "model.first_order=false"])
+
+
+def test_single_tables_take_their_own_sections():
+    config = load_config(CONFIG, ["embedding.tables={embeddings.item_id: {type: hash, num_buckets: 64, "
+                                  "storage_format: int8}, first_order.zip3: {type: quantized, storage_format: fp16}}"])
+    tables = config["embedding"]["tables"]
+    assert tables["embeddings.item_id"]["num_buckets"] == 64 and tables["embeddings.item_id"]["num_hashes"] == 2
+    assert tables["first_order.zip3"]["mode"] == "ptq" and "dim" not in tables["first_order.zip3"]
+
+
+@pytest.mark.parametrize("entry,message", [
+    ("{embeddings.item_id: {type: hash, dim: 4}}", "embedding.tables.embeddings.item_id.dim: a single table cannot set it"),
+    ("{embeddings.item_id: {type: zip}}", "embedding.tables.embeddings.item_id.type = 'zip' is not a registered"),
+    ("{embeddings.item_id: {type: hash, num_bucket: 4}}", "embedding.tables.embeddings.item_id.num_bucket: unknown key"),
+    ("{embeddings.item_id: 3}", "embedding.tables.embeddings.item_id = 3 must be a mapping"),
+    ("{embeddings.item_id: {type: quantized, storage_format: int4, mode: low_precision}}",
+     "embedding.storage_format = 'int4' cannot train in mode 'low_precision'"),
+])
+def test_bad_single_table_sections_are_refused_naming_the_key(entry, message):
+    assert message in error_of(f"embedding.tables={entry}")
+
+
+def test_a_table_the_model_does_not_have_is_refused_with_its_tables(tmp_path):
+    from paddle_edo.engine import Engine
+
+    config = load_config(CONFIG, [f"train.output_dir={tmp_path}", "embedding.tables={embeddings.items: {type: hash}}"])
+    with pytest.raises(ConfigError, match="embedding.tables.embeddings.items: DeepFM has no table of that name; its "
+                                          "tables: embeddings.user_id, "):
+        Engine(config)
+
+
+def test_models_that_build_tables_from_one_section_refuse_single_sections():
+    message = error_of("model.name=click_and_rating", "embedding.tables={embeddings.item_id: {type: hash}}")
+    assert "model.name = 'click_and_rating' builds its tables from the embedding section alone" in message

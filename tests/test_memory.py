@@ -49,3 +49,13 @@ def test_plain_paddle_embedding_is_reported_and_shared_tensors_count_once():
 def test_model_without_embeddings_gives_an_empty_report():
     report = memory_report(paddle.nn.Linear(3, 2))
     assert report.tables == [] and report.held_bytes == 0
+
+
+def test_the_report_says_what_the_process_holds_beside_the_tables():
+    report = memory_report(paddle.nn.Sequential(DenseEmbedding(1000, 16)))
+    process = report.process
+    assert process.resident_bytes >= process.baseline_resident_bytes > 0
+    assert process.device_allocated_bytes == process.device_reserved_bytes == 0 or paddle.is_compiled_with_cuda()
+    line = str(report).splitlines()[-1]
+    assert line.startswith("process: ") and "resident = the overhead at import" in line and "tables 62.50 KiB" in line
+    assert report.to_dict()["process"]["resident_bytes"] == process.resident_bytes

@@ -10,6 +10,7 @@ PACKAGE = ROOT / "paddle_edo"
 LAYERS = [  # lowest first; units on one layer do not import each other
     {"errors"},
     {"compat", "schema", "runtime", "kernels", "kmeans", "metrics", "callbacks", "progress", "benchmark"},
+    {"budget"},
     {"quant", "cache"},
     {"nn"},
     {"memory", "text"},
@@ -21,6 +22,7 @@ LAYERS = [  # lowest first; units on one layer do not import each other
     {"distributed"},
     {"config"},
     {"engine"},
+    {"planner"},
     {"__init__"},  # the package's own namespace
 ]
 

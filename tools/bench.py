@@ -8,6 +8,8 @@
   python tools/bench.py ps
   python tools/bench.py data [--rows 1000000] [--scale-rows 20000000]
   python tools/bench.py serving [--rate 500] [--seconds 60]
+  python tools/bench.py planner [--data movielens synthetic]
+  python tools/bench.py packing
 """
 from __future__ import annotations
 
@@ -560,6 +562,41 @@ def run_quantized(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
+def run_planner(args: argparse.Namespace, out: Path) -> int:
+    """The planner at budgets of 1/4, 1/10 and 1/30 of the fp32 bytes beside single methods, AUC against bytes."""
+    from tools import bench_planner
+
+    path = out / "planner.json"
+    kept = json.loads(path.read_text()) if path.is_file() else {}
+    for data in args.data:
+        print(f"planner: {data}, {args.threads} threads", flush=True)
+        kept[data] = bench_planner.planner_benchmark(data)
+        path.write_text(json.dumps(kept, indent=2))
+    results = list(kept.values())
+    (out / "planner.md").write_text("\n\n".join(bench_planner.markdown(r) for r in results) + "\n")
+    bench_planner.plot(results, out / "planner.png")
+    print((out / "planner.md").read_text())
+    return 0
+
+
+def run_packing(args: argparse.Namespace, out: Path) -> int:
+    """Row ranges against min-max (word-vector neighbours, MovieLens PTQ AUC) and the process after packing."""
+    from tools import bench_packing
+    from tools.get_data import word_vectors
+
+    print("packing: neighbours of People's Daily word vectors", flush=True)
+    result = {"neighbours": bench_packing.neighbour_benchmark(word_vectors())}
+    print("packing: MovieLens PTQ", flush=True)
+    result["auc"] = bench_packing.auc_benchmark()
+    print("packing: resident memory", flush=True)
+    result["memory"] = bench_packing.memory_benchmark()
+    (out / "packing.json").write_text(json.dumps(result, indent=2))
+    table = bench_packing.markdown(result)
+    (out / "packing.md").write_text(table + "\n")
+    print(table)
+    return 0
+
+
 def run_versions(args: argparse.Namespace, out: Path) -> int:
     """Two runs of `bench.py lookups` (one per Paddle, each ratio measured in its own run) side by side."""
     runs = [json.loads(Path(path).read_text()) for path in args.lookups]
@@ -626,7 +663,8 @@ def run_serving(args: argparse.Namespace, out: Path) -> int:
 
 
 RUNNERS = {"serving": run_serving, "data": run_data, "quantized": run_quantized, "shared": run_shared, "monitor": run_monitor, "cache": run_cache,
-           "text": run_text, "lookups": run_lookups, "to_static": run_to_static, "ps": run_ps, "versions": run_versions}
+           "text": run_text, "lookups": run_lookups, "to_static": run_to_static, "ps": run_ps, "versions": run_versions,
+           "planner": run_planner, "packing": run_packing}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -689,6 +727,13 @@ def main(argv: list[str] | None = None) -> int:
     serving.add_argument("--seconds", type=float, default=60.0)
     serving.add_argument("--threads", type=int, default=2)
     serving.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
+    planner = sub.add_parser("planner", help="per-table plans for memory budgets beside single methods")
+    planner.add_argument("--data", nargs="+", choices=("movielens", "synthetic"), default=["movielens", "synthetic"])
+    planner.add_argument("--threads", type=int, default=2)
+    planner.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
+    packing = sub.add_parser("packing", help="row ranges against min-max, and resident memory after packing")
+    packing.add_argument("--threads", type=int, default=2)
+    packing.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     versions = sub.add_parser("versions", help="two runs of `lookups` (e.g. one per Paddle) side by side")
     versions.add_argument("--lookups", nargs=2, required=True, help="the two lookups.json files")
     versions.add_argument("--names", nargs=2, default=["Paddle 2.6.2", "Paddle 3.3.1"])

@@ -20,6 +20,8 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config, args.override)
         if config["distributed"]["mode"] == "ps":
             return run_parameter_server_process(config)
+        if config["embedding"]["type"] == "auto":
+            config = planned_config(config)
         engine = Engine(config)
         print(engine.memory_report(), flush=True)
         results = engine.fit()
@@ -36,6 +38,18 @@ def main(argv: list[str] | None = None) -> int:
 
             print(f"{FINISHED} trainer {engine.rank}", flush=True)
     return 0
+
+
+def planned_config(config: dict) -> dict:
+    """embedding.type auto: plan the tables for embedding.budget first, keep the plan beside the run."""
+    from paddle_edo import load_config
+    from paddle_edo.planner import plan_tables
+
+    plan = plan_tables(config)
+    path = plan.write(Path(config["train"]["output_dir"]) / "plan.yaml")
+    print(plan.table(), flush=True)
+    print(f"planned config: {path}", flush=True)
+    return load_config(path)
 
 
 def run_parameter_server_process(config: dict) -> int:

@@ -2,7 +2,8 @@
 // quant/codecs.py's encode and decode operation for operation (the same bits), where the composite ops
 // run some twenty whole-tensor ops over the batch's distinct rows. fp16 / bf16 rows and the row-wise
 // int8 / int4 / int2 formats; ternary and binary scale by a mean, whose summation order is Paddle's own,
-// and stay with the composite ops.
+// and stay with the composite ops. The intN rows take their min-max range, or codecs.search_range's
+// (float64 statistics, so the kernel chooses codecs' fp16 parameters); edo_encode_rows packs them.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -55,14 +56,77 @@ inline float Fp16Round(float x, bool up) {
   return nearest > x ? nearest - spacing : nearest;
 }
 
-// One row through codecs.row_digits (round to nearest), then codecs.decode.
-void FakeQuantizeIntRow(const float* row, int64_t dim, int levels, float* out) {
+// codecs.min_max_range: bias = the row's min rounded down to fp16, scale = (max - bias) / levels rounded up.
+void MinMaxRange(const float* row, int64_t dim, int levels, float* scale, float* bias) {
   const float low = *std::min_element(row, row + dim), high = *std::max_element(row, row + dim);
-  const float bias_fp32 = Fp16Round(low, false);  // encode divides by the fp32 values, decode reads fp16 ones
+  *bias = Fp16Round(low, false);
   // Paddle divides a tensor by a number as a scale op: times the reciprocal, rounded to fp32
-  const float scale_fp32 = Fp16Round((high - bias_fp32) * static_cast<float>(1.0 / levels), true);
-  const float safe = scale_fp32 > 0.0f ? scale_fp32 : 1.0f;
-  const float bias = ThroughStorage(bias_fp32, kHalf), scale = ThroughStorage(scale_fp32, kHalf);
+  *scale = Fp16Round((high - *bias) * static_cast<float>(1.0 / levels), true);
+}
+
+// codecs._grid_digits on float64 values: clip(floor((x - bias) / scale + 1/2), 0, levels).
+inline double GridDigit(double x, double scale, double bias, int levels) {
+  const double safe = scale > 0.0 ? scale : 1.0;
+  return std::min(std::max(std::floor((x - bias) / safe + 0.5), 0.0), static_cast<double>(levels));
+}
+
+// codecs._squared_error, keeping the digits it computed for the next round.
+double SquaredError(const float* row, int64_t dim, double scale, double bias, int levels, double* digits) {
+  double total = 0.0;
+  for (int64_t j = 0; j < dim; ++j) {
+    digits[j] = GridDigit(row[j], scale, bias, levels);
+    const double error = row[j] - (bias + scale * digits[j]);
+    total += error * error;
+  }
+  return total;
+}
+
+// codecs.search_range for one row: Lloyd's alternation for a uniform grid from the min-max range, float64
+// statistics, parameters rounded to fp16 each round, the best round kept; a round that gives back the
+// parameters it started from has converged (the rounds after it would repeat it).
+void SearchRange(const float* row, int64_t dim, int levels, int iterations, float* scale_out, float* bias_out) {
+  float scale0, bias0;
+  MinMaxRange(row, dim, levels, &scale0, &bias0);
+  double scale = scale0, bias = bias0, best_scale = scale0, best_bias = bias0;
+  std::vector<double> digits(dim);
+  double best_error = SquaredError(row, dim, scale, bias, levels, digits.data());
+  double mean_x = 0.0;
+  for (int64_t j = 0; j < dim; ++j) mean_x += row[j];
+  mean_x /= static_cast<double>(dim);
+  for (int round = 0; round < iterations; ++round) {
+    double mean_digit = 0.0;
+    for (int64_t j = 0; j < dim; ++j) mean_digit += digits[j];
+    mean_digit /= static_cast<double>(dim);
+    double variance = 0.0, covariance = 0.0;
+    for (int64_t j = 0; j < dim; ++j) {
+      const double centred = digits[j] - mean_digit;
+      variance += centred * centred;
+      covariance += centred * (row[j] - mean_x);
+    }
+    variance /= static_cast<double>(dim);
+    covariance /= static_cast<double>(dim);
+    if (!(variance > 0.0)) break;
+    const double fitted = covariance / variance;
+    const double new_scale = RoundToGrid(static_cast<float>(fitted), kHalf);
+    const double new_bias = RoundToGrid(static_cast<float>(mean_x - fitted * mean_digit), kHalf);
+    if (!(new_scale > 0.0) || (new_scale == scale && new_bias == bias)) break;
+    scale = new_scale;
+    bias = new_bias;
+    const double error = SquaredError(row, dim, scale, bias, levels, digits.data());
+    if (error < best_error) {
+      best_error = error;
+      best_scale = scale;
+      best_bias = bias;
+    }
+  }
+  *scale_out = static_cast<float>(best_scale);
+  *bias_out = static_cast<float>(best_bias);
+}
+
+// One row through codecs.row_digits (round to nearest) on the grid (scale_fp32, bias_fp32), then codecs.decode.
+void FakeQuantizeIntRow(const float* row, int64_t dim, int levels, float scale_fp32, float bias_fp32, float* out) {
+  const float safe = scale_fp32 > 0.0f ? scale_fp32 : 1.0f;  // encode divides by the fp32 values
+  const float bias = ThroughStorage(bias_fp32, kHalf), scale = ThroughStorage(scale_fp32, kHalf);  // decode: fp16
   if (levels == 255) {  // int8 decodes (digit - 128) * scale + (bias + 128 scale)
     const float offset = bias + 128.0f * scale;
     for (int64_t j = 0; j < dim; ++j) {
@@ -78,38 +142,111 @@ void FakeQuantizeIntRow(const float* row, int64_t dim, int levels, float* out) {
   }
 }
 
+// The (scale, bias) encode uses for a row: its min-max range, or search_range's with iterations > 0.
+void RowRange(const float* row, int64_t dim, int levels, int iterations, float* scale, float* bias) {
+  if (iterations > 0) {
+    SearchRange(row, dim, levels, iterations, scale, bias);
+  } else {
+    MinMaxRange(row, dim, levels, scale, bias);
+  }
+}
+
+int Levels(int format) { return format == kInt8 ? 255 : format == kInt4 ? 15 : 3; }
+
+void CheckRows(const paddle::Tensor& rows) {
+  PD_CHECK(rows.is_cpu() && rows.dtype() == paddle::DataType::FLOAT32 && rows.shape().size() == 2,
+           "rows must be float32 [rows, dim] on the CPU");
+}
+
 }  // namespace
 
 // rows [R, D] fp32 -> the values serving will return for them once packed, [R, D] fp32.
-std::vector<paddle::Tensor> FakeQuantize(const paddle::Tensor& rows, int format) {
-  PD_CHECK(rows.is_cpu() && rows.dtype() == paddle::DataType::FLOAT32 && rows.shape().size() == 2,
-           "rows must be float32 [rows, dim] on the CPU");
+// iterations > 0: intN rows on codecs.search_range's grid.
+std::vector<paddle::Tensor> FakeQuantize(const paddle::Tensor& rows, int format, int iterations) {
+  CheckRows(rows);
   PD_CHECK(format >= kFp16 && format <= kInt2, "fake quantization of format ", format, " is not fused");
   const int64_t n = rows.shape()[0], dim = rows.shape()[1];
   paddle::Tensor out = paddle::empty({n, dim}, paddle::DataType::FLOAT32, paddle::CPUPlace());
   const float* x = rows.data<float>();
   float* o = out.data<float>();
-  const int levels = format == kInt8 ? 255 : format == kInt4 ? 15 : 3;
+  const int levels = Levels(format);
 #pragma omp parallel for if (n > kParallelRows)
   for (int64_t r = 0; r < n; ++r) {
     if (format == kFp16 || format == kBf16) {
       const FloatGrid& grid = format == kFp16 ? kHalf : kBrain;
       for (int64_t j = 0; j < dim; ++j) o[r * dim + j] = RoundToGrid(x[r * dim + j], grid);
     } else {
-      FakeQuantizeIntRow(x + r * dim, dim, levels, o + r * dim);
+      float scale, bias;
+      RowRange(x + r * dim, dim, levels, iterations, &scale, &bias);
+      FakeQuantizeIntRow(x + r * dim, dim, levels, scale, bias, o + r * dim);
     }
   }
   return {out};
 }
 
-std::vector<std::vector<int64_t>> FakeQuantizeShape(const std::vector<int64_t>& rows, int format) { return {rows}; }
+std::vector<std::vector<int64_t>> FakeQuantizeShape(const std::vector<int64_t>& rows, int format, int iterations) {
+  return {rows};
+}
 
 std::vector<paddle::DataType> FakeQuantizeDtype(const paddle::DataType&) { return {paddle::DataType::FLOAT32}; }
 
 PD_BUILD_OP(edo_fake_quantize)
     .Inputs({"Rows"})
     .Outputs({"Out"})
-    .Attrs({"format: int"})
+    .Attrs({"format: int", "iterations: int"})
     .SetKernelFn(PD_KERNEL(FakeQuantize))
     .SetInferShapeFn(PD_INFER_SHAPE(FakeQuantizeShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(FakeQuantizeDtype));
+
+// codecs.encode of the intN formats on the CPU (round to nearest), for packing: rows [R, D] fp32 -> the
+// packed codes [R, ceil(D / values per byte)] int8 (byte value - 128, little digit first) and the row
+// parameters [R, 2] fp16 (scale, bias), each row on its min-max range or codecs.search_range's.
+std::vector<paddle::Tensor> EncodeRows(const paddle::Tensor& rows, int format, int iterations) {
+  CheckRows(rows);
+  PD_CHECK(format >= kInt8 && format <= kInt2, "rows of format ", format, " are not encoded natively");
+  const int64_t n = rows.shape()[0], dim = rows.shape()[1];
+  const int levels = Levels(format), per_byte = format == kInt8 ? 1 : format == kInt4 ? 2 : 4;
+  const int64_t code_bytes = (dim + per_byte - 1) / per_byte;
+  paddle::Tensor codes = paddle::empty({n, code_bytes}, paddle::DataType::INT8, paddle::CPUPlace());
+  paddle::Tensor params = paddle::empty({n, 2}, paddle::DataType::FLOAT16, paddle::CPUPlace());
+  const float* x = rows.data<float>();
+  int8_t* c = codes.data<int8_t>();
+  paddle::float16* p = params.data<paddle::float16>();
+#pragma omp parallel for if (n > kParallelRows)
+  for (int64_t r = 0; r < n; ++r) {
+    const float* row = x + r * dim;
+    float scale, bias;
+    RowRange(row, dim, levels, iterations, &scale, &bias);
+    const float safe = scale > 0.0f ? scale : 1.0f;
+    for (int64_t b = 0; b < code_bytes; ++b) {
+      int value = 0, weight = 1;
+      for (int k = 0; k < per_byte; ++k, weight *= levels + 1) {
+        const int64_t j = b * per_byte + k;
+        if (j >= dim) break;
+        const float digit = std::min(std::max(std::round((row[j] - bias) / safe), 0.0f), static_cast<float>(levels));
+        value += static_cast<int>(digit) * weight;
+      }
+      c[r * code_bytes + b] = static_cast<int8_t>(value - 128);
+    }
+    p[2 * r] = paddle::float16(ThroughStorage(scale, kHalf));
+    p[2 * r + 1] = paddle::float16(ThroughStorage(bias, kHalf));
+  }
+  return {codes, params};
+}
+
+std::vector<std::vector<int64_t>> EncodeRowsShape(const std::vector<int64_t>& rows, int format, int iterations) {
+  const int per_byte = format == kInt8 ? 1 : format == kInt4 ? 2 : 4;
+  return {{rows[0], (rows[1] + per_byte - 1) / per_byte}, {rows[0], 2}};
+}
+
+std::vector<paddle::DataType> EncodeRowsDtype(const paddle::DataType&) {
+  return {paddle::DataType::INT8, paddle::DataType::FLOAT16};
+}
+
+PD_BUILD_OP(edo_encode_rows)
+    .Inputs({"Rows"})
+    .Outputs({"Codes", "Params"})
+    .Attrs({"format: int", "iterations: int"})
+    .SetKernelFn(PD_KERNEL(EncodeRows))
+    .SetInferShapeFn(PD_INFER_SHAPE(EncodeRowsShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(EncodeRowsDtype));

@@ -27,6 +27,7 @@ class RecModel(paddle.nn.Layer):
 
     config_options: ClassVar[dict[str, Any]] = {}
     regression_targets: ClassVar[tuple[str, ...]] = ()  # outputs after the click logit, each with an MSE term
+    table_sections: ClassVar[bool] = False  # builds each table from its own section (embedding.tables) if given
     task_weights: dict[str, float] = {"click": 1.0}
 
     def __init__(self, fields: Sequence[FieldSpec], dense_features: Sequence[str] = ()) -> None:

@@ -24,7 +24,11 @@ class DeepFM(RecModel):
 
     ``forward`` takes a list with one id tensor per field, in field order ([batch] or
     [batch, max_len]), then the dense features [batch, K] if any; it exports with that list of InputSpecs.
+    Each table (``embeddings.<field>``, ``first_order.<field>``) takes its own section from
+    ``embedding.tables`` when it has one (a plan of tools/plan.py), else the embedding section.
     """
+
+    table_sections = True
 
     config_options = {
         "first_order": Option(True, bool, doc="per-id first-order weights (tables of dim 1)"),
@@ -43,13 +47,14 @@ class DeepFM(RecModel):
         self.pooling = pooling
         self.use_fm = fm
         frequencies = frequencies or {}
-        self.embeddings = nn.LayerDict({f.name: spec.build(f.vocab_size, 0, frequencies.get(f.name))
-                                        for f in self.fields})
+        self.embeddings = nn.LayerDict({f.name: spec.for_table(f"embeddings.{f.name}").build(
+            f.vocab_size, 0, frequencies.get(f.name)) for f in self.fields})
         self.first_order = None
         if first_order:
             narrow = spec.with_dim(1)
-            self.first_order = nn.LayerDict({f.name: narrow.build(f.vocab_size, 0, frequencies.get(f.name))
-                                             for f in self.fields})
+            self.first_order = nn.LayerDict({f.name: narrow.for_table(f"first_order.{f.name}").build(
+                f.vocab_size, 0, frequencies.get(f.name)) for f in self.fields})
+        spec.check_table_names(list(self.table_fields()), "DeepFM")
         num_dense = len(self.dense_features)
         self.mlp = mlp(spec.dim * len(self.fields) + num_dense, hidden_units, dropout)
         self.dense_weights = nn.Linear(num_dense, 1, bias_attr=False) if num_dense else None

@@ -41,6 +41,11 @@ def model_section_options() -> dict[str, Any]:
     return options
 
 
+def table_section_models() -> list[str]:
+    """The models that read single tables' sections (``embedding.tables``)."""
+    return sorted(name for name, cls in MODELS.items() if cls.table_sections)
+
+
 def build_model(fields, config: dict[str, Any], frequencies: dict[str, Any] | None = None,
                 dense_features: Sequence[str] = ()) -> RecModel:
     """The model a validated config names, for these fields (``frequencies``: id counts per field) and

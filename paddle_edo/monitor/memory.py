@@ -9,8 +9,9 @@ from ..nn.base import embedding_layers
 
 
 class MemoryMonitor(Callback):
-    """Logs each table's estimated and held bytes, and the counters of any table that keeps them
-    (a layer with ``statistics() -> dict[str, number]``, such as a cache), every ``every_n_steps`` steps."""
+    """Logs each table's estimated and held bytes (and a packed table's row error), the process's resident
+    memory, and the counters of any table that keeps them (a layer with ``statistics() -> dict[str,
+    number]``, such as a cache), every ``every_n_steps`` steps."""
 
     def __init__(self, writer: Any, every_n_steps: int = 10) -> None:
         self.writer = writer
@@ -21,8 +22,14 @@ class MemoryMonitor(Callback):
         for table in report.tables:
             self.writer.add_scalar(f"table_bytes/{table.name}/held", table.held_bytes, step)
             self.writer.add_scalar(f"table_bytes/{table.name}/estimated", table.estimated_bytes, step)
+            if table.error is not None:
+                self.writer.add_scalar(f"quantization_error/{table.name}", table.error, step)
         self.writer.add_scalar("table_bytes/total/held", report.held_bytes, step)
         self.writer.add_scalar("table_bytes/total/estimated", report.estimated_bytes, step)
+        self.writer.add_scalar("process/resident_bytes", report.process.resident_bytes, step)
+        if report.process.device_reserved_bytes:
+            self.writer.add_scalar("process/device_allocated_bytes", report.process.device_allocated_bytes, step)
+            self.writer.add_scalar("process/device_reserved_bytes", report.process.device_reserved_bytes, step)
         for name, layer in embedding_layers(model):
             statistics = getattr(layer, "statistics", None)
             if callable(statistics):

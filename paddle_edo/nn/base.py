@@ -9,6 +9,7 @@ import paddle
 
 from ..compat import dynamic_graph_under_sot
 from ..errors import EdoIndexError, EdoTypeError, EdoValueError
+from ..quant.formats import FORMATS
 from ..schema import Option
 
 ID_DTYPES = (paddle.int32, paddle.int64)
@@ -61,6 +62,7 @@ class EmbeddingBase(paddle.nn.Layer):
     remote_rows: ClassVar[bool] = False        # its rows live on parameter servers, not in the layer
     packed: bool = True  # False: trains in a full form that pack() turns into the compact one
     report_note: str = ""  # why the table is as it is, when a config asked for something else (memory report)
+    packing_error: float | None = None  # packed rows' mean relative L2 error against the trained ones
 
     def __init__(self, num_embeddings: int, embedding_dim: int, *, padding_idx: int | None = None,
                  sparse: bool = True, name: str | None = None, range_check: bool = True) -> None:
@@ -160,9 +162,37 @@ class EmbeddingBase(paddle.nn.Layer):
                 f"sparse={self.sparse}, dtype={self.storage_dtype}")
 
 
+INNER_FORMATS = ("fp32", *FORMATS)
+INNER_STORAGE = Option("fp32", str, choices=INNER_FORMATS, doc="how the inner tables are stored once trained "
+                                                              "(packed as PTQ; fp32 keeps them)")
+
+
 class CompositeEmbedding(EmbeddingBase):
     """A layer built from inner tables (DenseEmbedding children, which quantize() can swap): its
-    bytes are its tables' plus its own parameters and buffers."""
+    bytes are its tables' plus its own parameters and buffers. Layers that take ``storage_format``
+    train their inner tables in fp32 and pack them to it after training (``pack()``)."""
+
+    storage_format: str = "fp32"
+
+    def keep_inner_tables_as(self, storage_format: str) -> None:
+        """Pack the inner tables to ``storage_format`` once trained ('fp32': never)."""
+        if storage_format not in INNER_FORMATS:
+            raise EdoValueError(f"{type(self).__name__}: storage_format = {storage_format!r} is not supported; "
+                                f"supported: {', '.join(INNER_FORMATS)}")
+        self.storage_format = storage_format
+        self.packed = storage_format == "fp32"
+
+    def pack(self) -> "CompositeEmbedding":
+        """Quantize the trained fp32 inner tables to ``storage_format`` (PTQ), as quantize() would."""
+        if not self.packed:
+            from .dense import DenseEmbedding
+            from .quantized import QuantizedEmbedding
+            from .swap import swap_sublayers
+            swap_sublayers(self, lambda name, layer: QuantizedEmbedding.from_embedding(layer, self.storage_format)
+                           if type(layer) is DenseEmbedding else None)
+            self.packed = True
+            self.packing_error = max(t.packing_error or 0.0 for t in self.tables())
+        return self
 
     def tables(self) -> list[EmbeddingBase]:
         return [layer for layer in self.children() if isinstance(layer, EmbeddingBase)]
@@ -205,9 +235,13 @@ def unpacked_tables(model: paddle.nn.Layer) -> dict[str, EmbeddingBase]:
             if isinstance(layer, EmbeddingBase) and not layer.packed}
 
 
-def pack_trained(model: paddle.nn.Layer) -> list[str]:
-    """Pack every table that trained in full form, after training; returns the names of those packed."""
+def pack_trained(model: paddle.nn.Layer, frequencies: dict[str, Any] | None = None) -> list[str]:
+    """Pack every table that trained in full form, after training (``frequencies``: a count per id of
+    tables by name, which weight a quantized table's packing error); returns the names of those packed."""
+    from .quantized import QuantizedEmbedding
+
     tables = unpacked_tables(model)
-    for layer in tables.values():
-        layer.pack()
+    for name, layer in tables.items():
+        counts = (frequencies or {}).get(name)
+        layer.pack(counts) if isinstance(layer, QuantizedEmbedding) and counts is not None else layer.pack()
     return list(tables)

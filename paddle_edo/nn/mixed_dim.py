@@ -9,7 +9,7 @@ import paddle
 from ..errors import EdoValueError
 from ..kernels import can_fuse, fused_ops
 from ..schema import Option
-from .base import CompositeEmbedding, part_attr
+from .base import INNER_STORAGE, CompositeEmbedding, part_attr
 from .dense import DenseEmbedding
 from .registry import register_embedding
 from .signature import accepts_old_signature
@@ -45,6 +45,7 @@ class MixedDimEmbedding(CompositeEmbedding):
         "alpha": Option(0.5, float, low=0.0, high=2.0, doc="width ~ popularity^alpha"),
         "min_dim": Option(2, int, low=1),
         "frequencies": Option("train", str, choices=("train",), doc="where the id frequencies come from"),
+        "storage_format": INNER_STORAGE,
     }
 
     @accepts_old_signature(("num_embeddings", "embedding_dim", "frequencies", "num_blocks", "alpha", "min_dim",
@@ -52,8 +53,9 @@ class MixedDimEmbedding(CompositeEmbedding):
     def __init__(self, num_embeddings: int, embedding_dim: int, frequencies: Sequence[float] | np.ndarray,
                  num_blocks: int = 4, alpha: float = 0.5, min_dim: int = 2, *, padding_idx: int | None = None,
                  sparse: bool = True, weight_attr: paddle.ParamAttr | None = None, name: str | None = None,
-                 init_std: float = 0.01) -> None:
+                 init_std: float = 0.01, storage_format: str = "fp32") -> None:
         super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx, sparse=sparse, name=name)
+        self.keep_inner_tables_as(storage_format)
         frequencies = np.asarray(frequencies)
         if frequencies.shape != (num_embeddings,):
             raise EdoValueError(f"{type(self).__name__}: frequencies has shape {frequencies.shape}, expected "
@@ -97,7 +99,8 @@ class MixedDimEmbedding(CompositeEmbedding):
         if frequencies is None:
             raise EdoValueError("embedding.type 'mixed_dim' needs id frequencies (embedding.frequencies: train)")
         return cls(num_embeddings, options["dim"], frequencies, options["num_blocks"], options["alpha"],
-                   options["min_dim"], padding_idx=padding_idx, sparse=options["sparse"])
+                   options["min_dim"], padding_idx=padding_idx, sparse=options["sparse"],
+                   storage_format=options.get("storage_format", "fp32"))
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
         """Each block looks up and projects only its own ids; one gather then puts every vector in its

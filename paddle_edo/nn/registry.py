@@ -6,6 +6,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, TYPE_CHECKING
 
+from ..budget import device_budget, parse_bytes
 from ..errors import EdoDeprecationWarning, EdoValueError
 from ..schema import ConfigError, Option, check_section
 
@@ -19,7 +20,20 @@ COMMON_OPTIONS: dict[str, Option] = {
     "dim": Option(16, int, low=1, doc="embedding dimension"),
     "sparse": Option(True, bool, doc="sparse row gradients"),
     "min_rows": Option(0, int, low=0, doc="tables with fewer rows stay dense fp32 (small fields gain nothing)"),
+    "tables": Option({}, dict, doc="sections of single tables by the names the memory report gives them "
+                                   "(embeddings.item_id, first_order.item_id): a type and its keys, where a table "
+                                   "differs from this section (tools/plan.py writes them)"),
 }
+AUTO = "auto"  # embedding.type chosen per table by the planner for a memory budget
+AUTO_OPTIONS: dict[str, Option] = {
+    "budget": Option(None, (int, str), nullable=True, doc="bytes the trained tables may hold: 2000000, '2GiB', '512MB'"),
+    "device_memory": Option(None, (int, str), nullable=True, doc="or: the device's memory, of which the tables may "
+                                                                 "take what the reserve leaves"),
+    "reserve": Option(0.3, (float, str), doc="share (or size) of device_memory kept for everything else"),
+    "methods": Option(None, list, item_kind=str, nullable=True, doc="the methods the planner may choose "
+                                                                    "(default: all; see paddle_edo.planner)"),
+}
+TABLE_KEYS_FIXED = ("dim", "sparse", "tables")  # one width and gradient kind for all of a model's tables
 RENAMED_KEYS = {"dtype": "storage_format"}  # old config spellings, accepted for one release
 
 
@@ -50,6 +64,14 @@ def embedding_class(type_name: Any, path: str = "embedding.type") -> type:
     return EMBEDDINGS[type_name]
 
 
+def table_classes(section: Mapping[str, Any]) -> list[type]:
+    """The layer classes a validated ``embedding`` section builds: its type's (unless 'auto') and those of
+    its single tables' sections."""
+    tables = section.get("tables") or {}
+    names = ([] if section["type"] == AUTO else [section["type"]]) + [t["type"] for t in tables.values()]
+    return [EMBEDDINGS[name] for name in dict.fromkeys(names)]
+
+
 def check_embedding_section(path: str, values: Any) -> dict[str, Any]:
     """Validate an ``embedding`` section: the common keys plus the chosen type's own keys (old spellings
     renamed, with a warning)."""
@@ -62,8 +84,34 @@ def check_embedding_section(path: str, values: Any) -> dict[str, Any]:
                           EdoDeprecationWarning, stacklevel=2)
             values[new] = values.pop(old)
     type_name = values.get("type", COMMON_OPTIONS["type"].default)
-    cls = embedding_class(type_name, f"{path}.type")
-    return check_section(path, values, {**COMMON_OPTIONS, **cls.config_options})
+    if type_name == AUTO:
+        section = check_section(path, values, {**COMMON_OPTIONS, **AUTO_OPTIONS})
+        if (section["budget"] is None) == (section["device_memory"] is None):
+            raise ConfigError(f"{path}.type = 'auto' needs one of {path}.budget (bytes the tables may hold) or "
+                              f"{path}.device_memory (with {path}.reserve)")
+        if section["budget"] is not None:
+            parse_bytes(section["budget"], f"{path}.budget")
+        else:
+            device_budget(section["device_memory"], section["reserve"], (f"{path}.device_memory", f"{path}.reserve"))
+    else:
+        cls = embedding_class(type_name, f"{path}.type")
+        section = check_section(path, values, {**COMMON_OPTIONS, **cls.config_options})
+    section["tables"] = {name: check_table_section(f"{path}.tables.{name}", entry, section)
+                         for name, entry in section["tables"].items()}
+    return section
+
+
+def check_table_section(path: str, entry: Any, parent: dict[str, Any]) -> dict[str, Any]:
+    """One table's section, validated: a registered type and its keys (the width and gradient kind are the
+    parent's, and left out)."""
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{path} = {entry!r} must be a mapping: a type and its keys")
+    fixed = [key for key in TABLE_KEYS_FIXED if key in entry]
+    if fixed:
+        raise ConfigError(f"{path}.{fixed[0]}: a single table cannot set it; every table of a model shares the "
+                          f"embedding section's {', '.join(TABLE_KEYS_FIXED[:2])}")
+    section = check_embedding_section(path, {**entry, "dim": parent["dim"], "sparse": parent["sparse"]})
+    return {key: value for key, value in section.items() if key not in TABLE_KEYS_FIXED}
 
 
 @dataclass(frozen=True)
@@ -76,6 +124,7 @@ class TableSpec:
     sparse: bool = True
     min_rows: int = 0
     options: Mapping[str, Any] = field(default_factory=dict)
+    tables: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # single tables' own sections
 
     @classmethod
     def from_section(cls, values: Any, path: str = "embedding") -> "TableSpec":
@@ -89,17 +138,36 @@ class TableSpec:
     def section(self) -> dict[str, Any]:
         """The flat ``embedding`` section this spec stands for."""
         return {"type": self.type, "dim": self.dim, "sparse": self.sparse, "min_rows": self.min_rows,
-                **self.options}
+                **self.options, "tables": {name: dict(entry) for name, entry in self.tables.items()}}
 
     def with_dim(self, dim: int) -> "TableSpec":
-        return TableSpec(self.type, dim, self.sparse, self.min_rows, dict(self.options))
+        return TableSpec(self.type, dim, self.sparse, self.min_rows, dict(self.options), dict(self.tables))
+
+    def for_table(self, name: str) -> "TableSpec":
+        """The spec of the model's table ``name``: its own section under ``tables`` (at this width), or
+        this spec."""
+        if name not in self.tables:
+            return TableSpec(self.type, self.dim, self.sparse, self.min_rows, dict(self.options))
+        return TableSpec.from_section({**self.tables[name], "dim": self.dim, "sparse": self.sparse},
+                                      f"embedding.tables.{name}")
+
+    def check_table_names(self, names: list[str], owner: str) -> None:
+        """Refuse sections under ``tables`` for tables the model does not have."""
+        unknown = sorted(set(self.tables) - set(names))
+        if unknown:
+            raise ConfigError(f"embedding.tables.{unknown[0]}: {owner} has no table of that name; its tables: "
+                              f"{', '.join(names)}")
 
     def build(self, num_embeddings: int, padding_idx: int | None = None, frequencies: Any = None
               ) -> "EmbeddingBase":
         """The layer for a table of ``num_embeddings`` ids; ``frequencies`` (a count per id) reaches the
         layers that need them. Tables under ``min_rows`` rows are dense fp32."""
+        if self.type == AUTO:
+            raise ConfigError("embedding.type = 'auto' is chosen table by table by the planner before a model is "
+                              "built: train with tools/train.py (which plans first), or plan with tools/plan.py "
+                              "or paddle_edo.planner.plan_tables")
         spec = self if num_embeddings >= self.min_rows else TableSpec(dim=self.dim, sparse=self.sparse)
-        spec = TableSpec.from_section(spec.section())  # the defaults of the chosen type
+        spec = TableSpec.from_section({**spec.section(), "tables": {}})  # the defaults of the chosen type
         cls = EMBEDDINGS[spec.type]
         options = spec.section()
         if cls.needs_frequencies:

@@ -7,7 +7,7 @@ import paddle
 from ..errors import EdoValueError
 from ..kernels import can_fuse, fused_ops
 from ..schema import ConfigError, Option
-from .base import CompositeEmbedding, is_count, part_attr
+from .base import INNER_STORAGE, CompositeEmbedding, is_count, part_attr
 from .dense import DenseEmbedding
 from .registry import register_embedding
 from .signature import accepts_old_signature
@@ -86,6 +86,7 @@ class HashEmbedding(CompositeEmbedding):
         "num_hashes": Option(2, int, low=1, high=8),
         "combine": Option("sum", str, choices=COMBINES),
         "seed": Option(0, int, low=0),
+        "storage_format": INNER_STORAGE,
     }
 
     @accepts_old_signature(("num_buckets", "embedding_dim", "num_hashes", "combine", "padding_idx", "sparse", "seed",
@@ -94,7 +95,7 @@ class HashEmbedding(CompositeEmbedding):
     def __init__(self, num_embeddings: int, embedding_dim: int, num_buckets: int, num_hashes: int = 2,
                  combine: str = "sum", *, padding_idx: int | None = None, sparse: bool = True,
                  weight_attr: paddle.ParamAttr | None = None, name: str | None = None, seed: int = 0,
-                 init_std: float = 0.01) -> None:
+                 init_std: float = 0.01, storage_format: str = "fp32") -> None:
         label = type(self).__name__
         if combine not in COMBINES:
             raise EdoValueError(f"{label}: combine = {combine!r}; expected 'sum', 'mean' or 'concat'")
@@ -112,12 +113,14 @@ class HashEmbedding(CompositeEmbedding):
         constant_buffer(self, "coefficients", hash_coefficients(num_hashes, seed))
         # int64 constants live in tensors: to_static stores Python scalars as float32 (2^31 - 1 became 2^31)
         constant_buffer(self, "buckets", np.array([num_buckets], dtype=np.int64))
+        self.keep_inner_tables_as(storage_format)
 
     @classmethod
     def from_config(cls, num_embeddings, options, padding_idx=None):
         buckets = options["num_buckets"] or max(1, int(round(options["bucket_fraction"] * num_embeddings)))
         return cls(num_embeddings, options["dim"], buckets, options["num_hashes"], options["combine"],
-                   padding_idx=padding_idx, sparse=options["sparse"], seed=options["seed"])
+                   padding_idx=padding_idx, sparse=options["sparse"], seed=options["seed"],
+                   storage_format=options.get("storage_format", "fp32"))
 
     @classmethod
     def check_config(cls, config):
@@ -157,13 +160,15 @@ class QREmbedding(CompositeEmbedding):
     config_options = {
         "num_collisions": Option(None, int, low=1, nullable=True, doc="m; default: ceil(sqrt(rows))"),
         "operation": Option("mult", str, choices=OPERATIONS),
+        "storage_format": INNER_STORAGE,
     }
 
     @accepts_old_signature(("num_embeddings", "embedding_dim", "num_collisions", "operation", "padding_idx", "sparse",
                             "init_std"))
     def __init__(self, num_embeddings: int, embedding_dim: int, num_collisions: int | None = None,
                  operation: str = "mult", *, padding_idx: int | None = None, sparse: bool = True,
-                 weight_attr: paddle.ParamAttr | None = None, name: str | None = None, init_std: float = 0.01) -> None:
+                 weight_attr: paddle.ParamAttr | None = None, name: str | None = None, init_std: float = 0.01,
+                 storage_format: str = "fp32") -> None:
         label = type(self).__name__
         if num_collisions is None:
             num_collisions = default_collisions(num_embeddings)
@@ -184,6 +189,7 @@ class QREmbedding(CompositeEmbedding):
                                        init_std=1.0 if operation == "mult" else init_std)
         self.remainder = DenseEmbedding(num_collisions, width, sparse=sparse,
                                         weight_attr=part_attr(weight_attr, "remainder"), init_std=init_std)
+        self.keep_inner_tables_as(storage_format)
 
     @classmethod
     def check_config(cls, config):
@@ -192,7 +198,8 @@ class QREmbedding(CompositeEmbedding):
     @classmethod
     def from_config(cls, num_embeddings, options, padding_idx=None):
         return cls(num_embeddings, options["dim"], options["num_collisions"], options["operation"],
-                   padding_idx=padding_idx, sparse=options["sparse"])
+                   padding_idx=padding_idx, sparse=options["sparse"],
+                   storage_format=options.get("storage_format", "fp32"))
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
         ids = ids.astype("int64")

@@ -14,6 +14,7 @@ from .formats import QuantFormat
 # precision bits p and smallest normal exponent of the formats rows are rounded to
 _FLOAT_BITS = {"float16": (11, -14), "bfloat16": (8, -126)}
 FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
+RANGE_ITERATIONS = 6  # search_range's rounds: its error stops falling after about 5 (int2, int4, int8)
 
 
 def float_spacing(x: paddle.Tensor, dtype: str) -> paddle.Tensor:
@@ -54,14 +55,78 @@ def _fp16_round(x: paddle.Tensor, direction: str) -> paddle.Tensor:
     return paddle.where(nearest < x, nearest + spacing, nearest)
 
 
-def row_digits(rows: paddle.Tensor, fmt: QuantFormat, stochastic: bool = False
+def min_max_range(rows: paddle.Tensor, fmt: QuantFormat) -> paddle.Tensor:
+    """Row parameters [R, 2] (scale, bias; fp16 values as fp32) that span each row's min to max: bias =
+    row min rounded down to fp16, scale = (max - bias) / (levels - 1) rounded up, so every value lies in
+    the representable range."""
+    levels = float(fmt.base - 1)
+    bias = _fp16_round(rows.min(axis=1, keepdim=True), "down")
+    # times the fp32 reciprocal, as Paddle 2.6 divides by a number (3.x divides): the same bits on both
+    scale = _fp16_round((rows.max(axis=1, keepdim=True) - bias) * (1.0 / levels), "up")
+    return paddle.concat([scale, bias], axis=1)
+
+
+def _grid_digits(x: paddle.Tensor, scale: paddle.Tensor, bias: paddle.Tensor, levels: float) -> paddle.Tensor:
+    """Nearest grid digits of float64 rows for float64 (scale, bias) [R, 1], clipped to [0, levels]: the
+    search's own rounding, floor(position + 1/2), which the native kernel computes alike (three ops where
+    rounding half away takes eight: static programs hold every round)."""
+    safe = paddle.where(scale > 0, scale, paddle.ones_like(scale))
+    return paddle.clip(paddle.floor((x - bias) / safe + 0.5), 0.0, levels)
+
+
+def _squared_error(x: paddle.Tensor, scale: paddle.Tensor, bias: paddle.Tensor, digits: paddle.Tensor) -> paddle.Tensor:
+    """Each float64 row's squared reconstruction error [R, 1] at its grid digits for (scale, bias)."""
+    return (x - (bias + scale * digits)).square().sum(axis=1, keepdim=True)
+
+
+@paddle.jit.not_to_static  # plain Python under to_static's AST mode: the same ops, without converting each call
+def search_range(rows: paddle.Tensor, fmt: QuantFormat, iterations: int) -> paddle.Tensor:
+    """Row parameters [R, 2] (scale, bias; fp16 values as fp32) that minimise each row's squared
+    reconstruction error, where min-max lets one outlier spend the codes: from the min-max range,
+    ``iterations`` rounds of Lloyd's alternation for a uniform grid (digits to the nearest level, then
+    scale and bias refit by least squares to those digits, rounded to fp16), keeping the best of all
+    rounds by the error at the rounded parameters (a round that gives back its own parameters has
+    converged, and the row stops there). Values beyond the chosen range clip to the end levels.
+    Statistics are float64 and parameters snap to fp16 every round, so the native kernel
+    (kernels/fake_quant.cc), summing in another order, chooses the same parameters. Deterministic; the
+    stored format is unchanged."""
+    levels = float(fmt.base - 1)
+    start = min_max_range(rows, fmt)
+    x = rows.astype("float64")
+    scale, bias = start[:, 0:1].astype("float64"), start[:, 1:2].astype("float64")
+    best_scale, best_bias = scale, bias
+    digits = _grid_digits(x, scale, bias, levels)
+    best_error = _squared_error(x, scale, bias, digits)
+    active = paddle.ones_like(scale, dtype="bool")
+    mean_x = x.mean(axis=1, keepdim=True)
+    for _ in range(iterations):
+        mean_digit = digits.mean(axis=1, keepdim=True)
+        centred = digits - mean_digit
+        variance = centred.square().mean(axis=1, keepdim=True)
+        covariance = (centred * (x - mean_x)).mean(axis=1, keepdim=True)
+        fitted = covariance / paddle.where(variance > 0, variance, paddle.ones_like(variance))
+        new_scale = _to_fp16_grid(fitted.astype("float32")).astype("float64")
+        new_bias = _to_fp16_grid((mean_x - fitted * mean_digit).astype("float32")).astype("float64")
+        unchanged = (new_scale == scale) & (new_bias == bias)
+        active = active & (variance > 0) & (new_scale > 0) & ~unchanged
+        scale, bias = paddle.where(active, new_scale, scale), paddle.where(active, new_bias, bias)
+        digits = _grid_digits(x, scale, bias, levels)
+        error = _squared_error(x, scale, bias, digits)
+        better = active & (error < best_error)
+        best_scale, best_bias = paddle.where(better, scale, best_scale), paddle.where(better, bias, best_bias)
+        best_error = paddle.where(better, error, best_error)
+    return paddle.concat([best_scale, best_bias], axis=1).astype("float32")
+
+
+def row_digits(rows: paddle.Tensor, fmt: QuantFormat, stochastic: bool = False, ranges: paddle.Tensor | None = None
                ) -> tuple[paddle.Tensor, paddle.Tensor]:
     """Quantize fp32 rows [R, D] to digits in [0, base) (int32) and fp16-exact row parameters [R, P] (fp32).
 
-    intN: bias = row min rounded down to fp16, scale = (max - bias) / (levels - 1) rounded up, so every
-    value lies in the representable range and decodes within half a step (round to nearest) or within
-    one step, unbiased (stochastic). ternary: TWN threshold 0.7 * mean |w|, scale = mean |w| over kept
-    values (the least-squares scale for those signs). binary: signs, scale = mean |w|.
+    intN: each row's (scale, bias) is ``ranges`` [R, 2] when given (search_range's), else its min-max
+    range; values decode within half a step inside the range (round to nearest) or within one step,
+    unbiased (stochastic, for which only the min-max range keeps every value inside). ternary: TWN
+    threshold 0.7 * mean |w|, scale = mean |w| over kept values (the least-squares scale for those
+    signs). binary: signs, scale = mean |w|.
     """
     if fmt.name == "binary":
         scale = _to_fp16_grid(rows.abs().mean(axis=1, keepdim=True))
@@ -73,9 +138,8 @@ def row_digits(rows: paddle.Tensor, fmt: QuantFormat, stochastic: bool = False
         scale = _to_fp16_grid((magnitude * keep).sum(axis=1, keepdim=True) / count)
         return (paddle.sign(rows) * keep + 1.0).astype("int32"), scale
     levels = float(fmt.base - 1)
-    bias = _fp16_round(rows.min(axis=1, keepdim=True), "down")
-    # times the fp32 reciprocal, as Paddle 2.6 divides by a number (3.x divides): the same bits on both
-    scale = _fp16_round((rows.max(axis=1, keepdim=True) - bias) * (1.0 / levels), "up")
+    params = min_max_range(rows, fmt) if ranges is None else ranges
+    scale, bias = params[:, 0:1], params[:, 1:2]
     safe = paddle.where(scale > 0, scale, paddle.ones_like(scale))
     position = (rows - bias) / safe
     if stochastic:
@@ -83,7 +147,7 @@ def row_digits(rows: paddle.Tensor, fmt: QuantFormat, stochastic: bool = False
     else:
         position = round_half_away(position)
     digits = paddle.clip(position, 0.0, levels).astype("int32")
-    return digits, paddle.concat([scale, bias], axis=1)
+    return digits, params
 
 
 def pack(digits: paddle.Tensor, fmt: QuantFormat) -> paddle.Tensor:
@@ -98,12 +162,13 @@ def pack(digits: paddle.Tensor, fmt: QuantFormat) -> paddle.Tensor:
     return (packed - 128).astype("int8")
 
 
-def encode(rows: paddle.Tensor, fmt: QuantFormat, stochastic: bool = False
+def encode(rows: paddle.Tensor, fmt: QuantFormat, stochastic: bool = False, ranges: paddle.Tensor | None = None
            ) -> tuple[paddle.Tensor, paddle.Tensor | None]:
-    """fp32 rows -> (codes, row parameters as fp16); float formats return (table in that dtype, None)."""
+    """fp32 rows -> (codes, row parameters as fp16); float formats return (table in that dtype, None).
+    ``ranges``: intN rows' (scale, bias) [R, 2] (search_range's); default: each row's min-max range."""
     if fmt.is_float:
         return round_to_float(rows, fmt.float_dtype, stochastic), None
-    digits, params = row_digits(rows, fmt, stochastic)
+    digits, params = row_digits(rows, fmt, stochastic, ranges)
     return pack(digits, fmt), params.astype("float16")
 
 
@@ -124,11 +189,13 @@ def decode(codes: paddle.Tensor, params: paddle.Tensor | None, fmt: QuantFormat,
     return values * scale + params[..., 1:2]
 
 
-def fake_quantize(rows: paddle.Tensor, fmt: QuantFormat) -> paddle.Tensor:
-    """decode(encode(rows)), the very values serving will return, with a straight-through gradient (QAT)."""
+def fake_quantize(rows: paddle.Tensor, fmt: QuantFormat, range_iterations: int = 0) -> paddle.Tensor:
+    """decode(encode(rows)), the very values serving will return, with a straight-through gradient (QAT);
+    ``range_iterations`` > 0: intN rows on search_range's grid."""
     with paddle.no_grad():
         flat = rows.reshape([-1, rows.shape[-1]])
-        codes, params = encode(flat, fmt)
+        ranges = search_range(flat, fmt, range_iterations) if range_iterations and fmt.row_params == 2 else None
+        codes, params = encode(flat, fmt, ranges=ranges)
         quantized = decode(codes, params, fmt, rows.shape[-1]).reshape(rows.shape)
     return straight_through(rows, quantized)
 

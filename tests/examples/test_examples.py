@@ -128,3 +128,11 @@ def test_trained_tables_serve_rows_and_neighbours_without_paddle_objects():
     nearest = re.search(r"users nearest to u00000: (u\d+) .*\nPOST /rows", output).group(1)
     assert f"POST /neighbors u00000 -> ['{nearest}'" in output
     assert "known [True, False]" in output and "0 failed" in output and "service stopped" in output
+
+
+def test_a_planned_model_fits_its_budget_where_int8_does_not():
+    out = run("plan_memory_budget.py", "--fraction", "0.1", "--epochs", "1")
+    rows = table_rows(out)
+    assert rows["plan"][2] == "yes" and rows["int8 everywhere"][2] == "no"
+    assert float(rows["plan"][0]) > 0.70
+    assert "smallest reachable" in out and "embeddings.item_id" in out

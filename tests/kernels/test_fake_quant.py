@@ -22,23 +22,36 @@ def rows_with_edge_cases():
     return rows
 
 
-@pytest.mark.parametrize("name", FUSED_FAKE_QUANTIZATION)
-def test_fused_fake_quantization_gives_the_composite_bits(name):
+@pytest.mark.parametrize("name,iterations", [(name, 0) for name in FUSED_FAKE_QUANTIZATION]
+                         + [(name, codecs.RANGE_ITERATIONS) for name in ("int8", "int4", "int2")])
+def test_fused_fake_quantization_gives_the_composite_bits(name, iterations):
     rows = paddle.to_tensor(rows_with_edge_cases())
     with paddle.no_grad():
-        composite = codecs.fake_quantize(rows, FORMATS[name]).numpy()
-        fused = kernels.fused_ops().edo_fake_quantize(rows, FORMAT_NUMBERS[name]).numpy()
+        composite = codecs.fake_quantize(rows, FORMATS[name], iterations).numpy()
+        fused = kernels.fused_ops().edo_fake_quantize(rows, FORMAT_NUMBERS[name], iterations).numpy()
     np.testing.assert_array_equal(fused.view(np.uint32), composite.view(np.uint32))
 
 
-@pytest.mark.parametrize("name", ["int8", "int4", "fp16"])
-def test_qat_training_with_the_kernel_equals_training_without_it(monkeypatch, name):
+@pytest.mark.parametrize("iterations", [0, codecs.RANGE_ITERATIONS])
+@pytest.mark.parametrize("name", ["int8", "int4", "int2"])
+def test_native_encoding_gives_the_composite_bytes(name, iterations):
+    """edo_encode_rows (packing on the CPU) against codecs.encode, on min-max and on searched ranges."""
+    rows = paddle.to_tensor(np.delete(rows_with_edge_cases(), 3, axis=0))  # row 3 is beyond fp16: refused
+    ranges = codecs.search_range(rows, FORMATS[name], iterations) if iterations else None
+    codes, params = codecs.encode(rows, FORMATS[name], ranges=ranges)
+    fused_codes, fused_params = kernels.fused_ops().edo_encode_rows(rows, FORMAT_NUMBERS[name], iterations)
+    np.testing.assert_array_equal(fused_codes.numpy(), codes.numpy())
+    np.testing.assert_array_equal(fused_params.numpy().view(np.uint16), params.numpy().view(np.uint16))
+
+
+@pytest.mark.parametrize("name,row_range", [("int8", "auto"), ("int4", "auto"), ("int2", "search"), ("fp16", "auto")])
+def test_qat_training_with_the_kernel_equals_training_without_it(monkeypatch, name, row_range):
     def train(kernel):
         with monkeypatch.context() as patch:
             if not kernel:
                 patch.setitem(kernels._loaded, kernels.NAME, None)
             paddle.seed(2)
-            table = QuantizedEmbedding(400, 8, name, mode="qat", padding_idx=0, init_std=0.3)
+            table = QuantizedEmbedding(400, 8, name, mode="qat", padding_idx=0, init_std=0.3, row_range=row_range)
             optimizer = paddle.optimizer.Adam(0.05, parameters=table.parameters(), lazy_mode=True)
             for step in range(4):
                 ids = paddle.to_tensor(np.random.default_rng(step).integers(0, 400, (128, 5)))
@@ -47,3 +60,15 @@ def test_qat_training_with_the_kernel_equals_training_without_it(monkeypatch, na
                 optimizer.clear_grad()
             return table.weight.numpy()
     np.testing.assert_array_equal(train(True), train(False))
+
+
+def test_packing_with_the_kernel_equals_packing_without_it(monkeypatch):
+    weight = paddle.to_tensor(rows_with_edge_cases()[6:5006])  # within fp16's range
+    table = paddle.nn.Embedding(5000, 24)
+    table.weight.set_value(weight)
+    fused = QuantizedEmbedding.from_embedding(table, "int4")
+    with monkeypatch.context() as patch:
+        patch.setitem(kernels._loaded, kernels.NAME, None)
+        composite = QuantizedEmbedding.from_embedding(table, "int4")
+    np.testing.assert_array_equal(fused.codes.numpy(), composite.codes.numpy())
+    np.testing.assert_array_equal(fused.row_params.numpy().view(np.uint16), composite.row_params.numpy().view(np.uint16))

@@ -50,8 +50,8 @@ def test_every_lookup_of_a_packed_table_on_the_cpu_takes_the_kernel(monkeypatch)
     def counted():
         calls.append(1)
         return kernels.fused_ops()
-    monkeypatch.setattr(quantized, "fused_ops", counted)
     table = packed_table("int4", 100, 8)
+    monkeypatch.setattr(quantized, "fused_ops", counted)
     ids = paddle.to_tensor([[1, 5, 0]], dtype="int32")  # int32 ids too
     table.eval()
     with paddle.no_grad():

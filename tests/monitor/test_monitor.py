@@ -197,10 +197,29 @@ def test_memory_monitor_logs_the_memory_report(tmp_path):
     model = paddle.nn.Sequential(DenseEmbedding(10, 4), QuantizedEmbedding.from_embedding(DenseEmbedding(20, 8), "int4"))
     MemoryMonitor(writer).log(model, 0)
     writer.close()
-    _, series = read(tmp_path / "vdl")
+    tags, series = read(tmp_path / "vdl")
     assert series("scalar", "table_bytes/0/held")[0].value == 160
     assert series("scalar", "table_bytes/1/held")[0].value == 20 * (4 + 4)
     assert series("scalar", "table_bytes/total/estimated")[0].value == 160 + 160
+    assert series("scalar", "quantization_error/1")[0].value == pytest.approx(model[1].packing_error, rel=1e-6)
+    assert "quantization_error/0" not in tags["scalar"] and series("scalar", "process/resident_bytes")[0].value > 0
+
+
+def test_tables_packed_after_training_log_their_frequency_weighted_error(tmp_path):
+    config = small_synthetic_config(tmp_path / "run", epochs=1)
+    config["embedding"].update(type="quantized", storage_format="int4", mode="ptq")
+    config["monitor"].update(enable=True, every_n_steps=1000)
+    engine = Engine(config)
+    weighted = engine.table_frequencies()["embeddings.f0"]
+    master = engine.model.embeddings["f0"].weight
+    engine.fit()
+    trained = paddle.to_tensor(master.numpy())  # the master table as trained (packing dropped it from the layer)
+    table = engine.model.embeddings["f0"]
+    _, series = read(tmp_path / "run" / "vdl")
+    logged = series("scalar", "quantization_error/embeddings.f0")
+    assert list(logged.values())[-1].value == pytest.approx(table.packing_error, rel=1e-6)
+    assert table.packing_error == pytest.approx(table.row_error(trained, weighted), rel=1e-6)
+    assert table.packing_error != pytest.approx(table.row_error(trained), rel=1e-3)   # the weights count
 
 
 def test_unwritable_logdir_fails_at_start(tmp_path):

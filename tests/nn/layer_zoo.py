@@ -13,7 +13,8 @@ STATIC_ONLY = {"ps_sparse"}
 LAYERS = {
     "dense": lambda: DenseEmbedding(ROWS, DIM, padding_idx=0, init_std=0.3),
     "quantized_ptq": lambda: QuantizedEmbedding(ROWS, DIM, "int8", padding_idx=0, init_std=0.3),
-    "quantized_qat": lambda: QuantizedEmbedding(ROWS, DIM, "int4", padding_idx=0, mode="qat", init_std=0.3),
+    "quantized_qat": lambda: QuantizedEmbedding(ROWS, DIM, "int4", padding_idx=0, mode="qat", init_std=0.3,
+                                                row_range="min_max"),  # searched ranges: test_qat_search_in_static_programs
     "quantized_low_precision": lambda: QuantizedEmbedding(ROWS, DIM, "int8", padding_idx=0, mode="low_precision",
                                                           init_std=0.3),
     "quantized_packed": lambda: QuantizedEmbedding.from_embedding(DenseEmbedding(ROWS, DIM, padding_idx=0,

@@ -178,3 +178,44 @@ def test_a_checkpoint_of_another_dtype_is_refused():
     copy = paddle.nn.Sequential(QuantizedEmbedding.from_embedding(dense(40, 8, seed=5), "int8"))
     load_model_state(copy, int8.state_dict())
     np.testing.assert_array_equal(copy[0].codes.numpy(), int8[0].codes.numpy())
+
+
+def test_quantize_reports_each_tables_error_weighted_by_frequency():
+    paddle.seed(4)
+    model = paddle.nn.Sequential(paddle.nn.Embedding(300, 16), paddle.nn.Embedding(200, 16))
+    weight = model[0].weight.numpy().copy()
+    weight[:10] *= 50.0                         # a few rows far larger than the rest
+    model[0].weight.set_value(weight)
+    counts = np.zeros(300)
+    counts[:10] = 1.0                           # and only they occur
+    _, errors = quantize(model, "int4", report=True, frequencies={"0": counts})
+    by_name = {e.name: e for e in errors}
+    assert set(by_name) == {"0", "1"} and by_name["0"].frequency_weighted and not by_name["1"].frequency_weighted
+    decoded = model[0].dequantize().weight.numpy()
+    row_errors = np.linalg.norm(decoded - weight, axis=1) / np.linalg.norm(weight, axis=1)
+    assert by_name["0"].relative_l2 == pytest.approx(row_errors[:10].mean(), rel=1e-5)
+    assert by_name["0"].bytes_before == 300 * 16 * 4 and by_name["0"].bytes_after == 300 * (8 + 4)
+    report = memory_report(model)
+    assert report.tables[1].error == pytest.approx(by_name["1"].relative_l2)
+    assert "error" in str(report) and f"{by_name['1'].relative_l2:.4f}" in str(report)
+
+
+@pytest.mark.parametrize("name", ["int4", "int2"])
+def test_searched_ranges_pack_closer_than_min_max_and_decode_the_same_way(name):
+    rng = np.random.default_rng(2)
+    source = paddle.nn.Embedding(2000, 32)
+    weight = rng.standard_t(3, (2000, 32)).astype(np.float32) * 0.05   # heavy tails: outliers spend min-max codes
+    source.weight.set_value(weight)
+    searched = QuantizedEmbedding.from_embedding(source, name)         # 'auto' searches at int4 and int2
+    min_max = QuantizedEmbedding.from_embedding(source, name, row_range="min_max")
+    assert searched.packing_error < min_max.packing_error
+    assert searched.row_params.shape == min_max.row_params.shape and searched.codes.shape == min_max.codes.shape
+    ids = paddle.to_tensor(np.arange(2000))
+    with paddle.no_grad():
+        decoded = searched(ids).numpy()
+    expected = searched.codes.numpy()  # the stored format is unchanged: decoding is the codecs' own
+    from paddle_edo.quant import codecs
+    np.testing.assert_array_equal(decoded, codecs.decode(paddle.to_tensor(expected), searched.row_params,
+                                                         FORMATS[name], 32).numpy())
+    with pytest.raises(ValueError, match="row_range = 'best' is not supported; supported: auto, search, min_max"):
+        QuantizedEmbedding(10, 4, name, row_range="best")

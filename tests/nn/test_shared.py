@@ -342,3 +342,26 @@ def test_without_the_kernels_the_composite_ops_serve(tmp_path, monkeypatch, capl
     assert "the fused lookup kernels could not be built" in caplog.text
     with paddle.no_grad():
         np.testing.assert_array_equal(layer(ids).numpy(), expected)
+
+
+@pytest.mark.parametrize("layer", [lambda f: HashEmbedding(3000, 8, 300, storage_format="int8"),
+                                   lambda f: QREmbedding(3000, 8, storage_format="int4"),
+                                   lambda f: MixedDimEmbedding(3000, 8, f, storage_format="fp16")],
+                         ids=["hash int8", "qr int4", "mixed_dim fp16"])
+def test_composite_tables_pack_their_inner_tables_after_training(layer):
+    frequencies = np.arange(3000)[::-1].astype(float)
+    table = layer(frequencies)
+    assert not table.packed and table.storage_dtype == "float32"
+    ids = paddle.to_tensor(np.random.default_rng(0).integers(0, 3000, (64, 3)))
+    table(ids).sum().backward()                                 # trains as fp32
+    fp32_bytes = table.estimated_bytes()
+    twin = layer(frequencies)                                    # the same fp32 rows, quantized by quantize()
+    twin.set_state_dict(table.state_dict())
+    quantize(paddle.nn.Sequential(twin), table.storage_format)
+    table.pack()
+    assert table.packed and table.storage_dtype == table.storage_format
+    assert table.estimated_bytes() < fp32_bytes and memory_report(paddle.nn.Sequential(table)).tables[0].error > 0
+    table.eval()
+    twin.eval()
+    with paddle.no_grad():
+        np.testing.assert_array_equal(table(ids).numpy(), twin(ids).numpy())

@@ -164,6 +164,23 @@ def test_jit_save_after_either_mode_serves_in_paddle_inference(tmp_path, kind, m
     np.testing.assert_allclose(served, expected, rtol=0, atol=1e-6)
 
 
+def test_qat_search_in_static_programs(tmp_path):
+    """A QAT table on searched ranges (int4's default) fake-quantizes alike in dygraph, in a whole-graph
+    program and in Paddle Inference: the composite search in the programs, the native one in dygraph."""
+    paddle.seed(3)
+    table = QuantizedEmbedding(64, 8, "int4", mode="qat", init_std=0.3)
+    assert table.range_iterations > 0
+    table.eval()
+    ids = paddle.to_tensor(np.random.default_rng(0).integers(0, 64, (16, 3)))
+    spec = [paddle.static.InputSpec([None, 3], "int64")]
+    with paddle.no_grad():
+        expected = table(ids).numpy()
+        static = paddle.jit.to_static(table, input_spec=spec, full_graph=True)
+        np.testing.assert_array_equal(static(ids).numpy(), expected)
+        paddle.jit.save(static, str(tmp_path / "model"), input_spec=spec)
+    np.testing.assert_array_equal(Predictor(tmp_path / "model", device="cpu").run([ids.numpy()]), expected)
+
+
 @pytest.mark.parametrize("shape", [[0], [0, 3], [1], [1, 1], [4, 3]])
 @pytest.mark.parametrize("mode", ["dygraph", "sot", "full_graph"])
 @pytest.mark.parametrize("kind", list(LAYERS))

@@ -100,3 +100,65 @@ def test_fake_quantize_returns_the_served_values_with_a_straight_through_gradien
 def test_unknown_format_lists_the_supported_ones():
     with pytest.raises(ValueError, match="'int3' is not supported; supported: fp16, bf16, int8, int4, int2, ternary, binary"):
         get_format("int3")
+
+
+def squared_errors(w: np.ndarray, fmt, ranges=None) -> np.ndarray:
+    codes, params = codecs.encode(paddle.to_tensor(w), fmt, ranges=ranges)
+    return ((codecs.decode(codes, params, fmt, w.shape[1]).numpy().astype(np.float64) - w) ** 2).sum(1)
+
+
+@pytest.mark.parametrize("name", ["int8", "int4", "int2"])
+def test_searched_ranges_never_lose_to_min_max_and_win_on_outliers(name):
+    fmt = FORMATS[name]
+    rng = np.random.default_rng(3)
+    w = rng.normal(0, 0.1, (2000, 64)).astype(np.float32)
+    w[:, 0] = rng.choice([-1.0, 1.0], 2000) * 2.0          # one outlier per row spends min-max's codes
+    ranges = codecs.search_range(paddle.to_tensor(w), fmt, codecs.RANGE_ITERATIONS)
+    searched, min_max = squared_errors(w, fmt, ranges), squared_errors(w, fmt)
+    assert (searched <= min_max * (1 + 1e-6) + 1e-12).all()
+    assert searched.mean() < {"int8": 0.97, "int4": 0.92, "int2": 0.3}[name] * min_max.mean()
+    params = ranges.numpy()
+    np.testing.assert_array_equal(params, params.astype(np.float16).astype(np.float32))  # stored as fp16 exactly
+
+
+def test_a_range_search_keeps_constant_and_zero_rows_exact():
+    fmt = FORMATS["int4"]
+    w = np.zeros((3, 16), np.float32)
+    w[1] = 0.75
+    w[2, :8] = 1.0                  # two values: 15 x the min-max scale misses 1.0 by fp16 rounding
+    ranges = codecs.search_range(paddle.to_tensor(w), fmt, codecs.RANGE_ITERATIONS)
+    searched = squared_errors(w, fmt, ranges)
+    np.testing.assert_array_equal(searched[:2], 0.0)
+    assert searched[2] <= squared_errors(w, fmt)[2]
+
+
+def test_search_matches_a_numpy_reference_of_lloyds_rounds():
+    """codecs.search_range against an independent float64 implementation of the same rounds."""
+    fmt, levels = FORMATS["int2"], 3.0
+    w = np.random.default_rng(5).standard_t(3, (200, 32)).astype(np.float32)
+    expected = []
+    for row in w.astype(np.float64):
+        start = codecs.min_max_range(paddle.to_tensor(row[None].astype(np.float32)), fmt).numpy()[0]
+        scale, bias = float(start[0]), float(start[1])
+
+        def digits(s, b):
+            return np.clip(np.floor((row - b) / s + 0.5), 0, levels)
+
+        def error(s, b):
+            return ((row - (b + s * digits(s, b))) ** 2).sum()
+        best, best_error = (scale, bias), error(scale, bias)
+        for _ in range(codecs.RANGE_ITERATIONS):
+            q = digits(scale, bias)
+            variance = ((q - q.mean()) ** 2).mean()
+            if variance <= 0:
+                break
+            fitted = ((q - q.mean()) * (row - row.mean())).mean() / variance
+            new = (float(np.float16(np.float32(fitted))), float(np.float16(np.float32(row.mean() - fitted * q.mean()))))
+            if new[0] <= 0 or new == (scale, bias):
+                break
+            scale, bias = new
+            if error(scale, bias) < best_error:
+                best, best_error = (scale, bias), error(scale, bias)
+        expected.append(best)
+    found = codecs.search_range(paddle.to_tensor(w), fmt, codecs.RANGE_ITERATIONS).numpy()
+    np.testing.assert_array_equal(found, np.float32(expected))

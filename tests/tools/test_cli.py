@@ -180,3 +180,27 @@ def check_tables_export_retrieval_and_service(args, tables):
         server.terminate()
         rest, _ = server.communicate(timeout=30)
     assert "stopped cleanly after 1 requests" in rest
+
+
+def test_plan_writes_a_config_that_fits_and_train_plans_an_auto_config_itself(tmp_path):
+    import yaml
+
+    config = tmp_path / "small.yaml"
+    config.write_text(yaml.safe_dump({
+        "data": {"name": "synthetic", "synthetic": {"num_samples": 6000, "num_fields": 3, "rows_per_field": 400}},
+        "model": {"hidden_units": [16]}, "embedding": {"dim": 8},
+        "train": {"epochs": 1, "batch_size": 256, "output_dir": str(tmp_path / "run"), "log_every_steps": 1000}}))
+    budget = 3 * 400 * 9 * 4 // 8                                   # an eighth of the fp32 tables
+    result = run("plan.py", "-c", str(config), "--budget", str(budget), "--out", str(tmp_path / "plan.yaml"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "embeddings.f0" in result.stdout and f"wrote {tmp_path / 'plan.yaml'}" in result.stdout
+    planned = yaml.safe_load((tmp_path / "plan.yaml").read_text())
+    assert planned["embedding"]["tables"] and planned["embedding"]["type"] == "dense"
+    result = run("train.py", "-c", str(config), "-o", "embedding.type=auto", "-o", f"embedding.budget={budget}B")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "planned config:" in result.stdout and (tmp_path / "run" / "plan.yaml").is_file()
+    held = [line for line in result.stdout.splitlines() if line.startswith("total")][-1]
+    assert "test auc" in result.stdout and held
+    result = run("plan.py", "-c", str(config), "--budget", "0")
+    assert error_lines(result) == ["error: budget = '0' must be at least one byte; expected a positive number of bytes, "
+                                   "or a number with a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"]

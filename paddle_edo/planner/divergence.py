@@ -1,0 +1,85 @@
+"""What replacing one table of a trained model costs its predictions: the divergence of the click
+probabilities on a validation sample (Bernoulli KL against the model's own), and the change in logloss
+and AUC."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import paddle
+
+from ..data import CTRTable
+from ..metrics import auc, logloss
+from ..nn.swap import swap_sublayers
+
+EPSILON = 1e-7
+
+
+def bernoulli_kl(reference: np.ndarray, other: np.ndarray) -> float:
+    """Mean KL(Bernoulli(p) || Bernoulli(q)) over rows: how far ``other``'s click probabilities moved from
+    ``reference``'s (0 when equal; labels not needed)."""
+    p = np.clip(np.asarray(reference, np.float64), EPSILON, 1 - EPSILON)
+    q = np.clip(np.asarray(other, np.float64), EPSILON, 1 - EPSILON)
+    return float(np.mean(p * np.log(p / q) + (1 - p) * np.log((1 - p) / (1 - q))))
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A model's predictions after a change against before it, on the same rows."""
+
+    kl: float
+    logloss_delta: float  # after - before (positive: worse)
+    auc_delta: float      # after - before (negative: worse)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Probe:
+    """A trained model (an Engine's), a seeded validation sample of at most ``sample_rows`` rows, and the
+    model's predictions on it: the reference that a table's replacement is measured against."""
+
+    def __init__(self, engine, sample_rows: int = 2048, seed: int = 0) -> None:
+        valid = engine.splits.valid
+        if not isinstance(valid, CTRTable):
+            valid = _first_rows(valid, sample_rows)
+        elif len(valid) > sample_rows:
+            valid = valid.take(np.sort(np.random.default_rng(seed).choice(len(valid), sample_rows, replace=False)))
+        self.engine, self.sample = engine, valid
+        self.labels = valid.labels
+        self.reference = engine.predict(valid)
+        self.reference_logloss = logloss(self.labels, self.reference)
+        self.reference_auc = auc(self.labels, self.reference)
+
+    def divergence(self, predictions: np.ndarray) -> Divergence:
+        return Divergence(bernoulli_kl(self.reference, predictions),
+                          logloss(self.labels, predictions) - self.reference_logloss,
+                          auc(self.labels, predictions) - self.reference_auc)
+
+    def with_table(self, name: str, layer: paddle.nn.Layer) -> Divergence:
+        """The divergence of the model with its table ``name`` (as the memory report names it) replaced by
+        ``layer``; the model gets its own table back."""
+        model = self.engine.model
+        original = dict(model.named_sublayers())[name]
+        swap_sublayers(model, lambda found, _: layer if found == name else None)
+        try:
+            return self.divergence(self.engine.predict(self.sample))
+        finally:
+            swap_sublayers(model, lambda found, _: original if found == name else None)
+
+
+def _first_rows(stream, rows: int) -> CTRTable:
+    """The first ``rows`` rows of a streamed split, in memory."""
+    from ..data.ctr import CTRBatches
+
+    parts = []
+    for batch in CTRBatches(stream, min(rows, 8192), shuffle=False):
+        parts.append(batch)
+        if sum(len(b["label"]) for b in parts) >= rows:
+            break
+    fields = stream.fields
+    joined = {key: np.concatenate([b[key] for b in parts])[:rows] for key in parts[0]}
+    dense = joined.pop("dense", None)
+    labels = joined.pop("label")
+    ids = {f.name: joined.pop(f.name) for f in fields}
+    return CTRTable(fields, ids, labels, joined, dense, list(stream.dense_features))

@@ -1,0 +1,275 @@
+"""The planner: for a config and a memory budget, one compression per table (a section under
+``embedding.tables``) whose trained tables fit the budget at the least estimated quality cost.
+
+1. A short fp32 run (a third of the config's training) gives trained rows and a reference model.
+2. Every table's candidates are built from those rows as each layer would hold them (packed formats and
+   clustering exactly; shared rows by a least-squares fit) and measured: the bytes the layer holds, and
+   the divergence (Bernoulli KL) of the model's validation predictions with that table swapped in.
+3. A multiple-choice knapsack over the tables picks, at each step, the saving that costs least per byte,
+   low-risk methods first on ties, until the tables fit; what is left of the budget goes back to the
+   costliest choices.
+4. Row-sharing layers train from scratch, so their cost is an estimate: short runs of the plan and of
+   the best plan on the other side of that doubt (without them, or trusting them more) check which
+   validates better.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import yaml
+
+from ..budget import device_budget, parse_bytes
+from ..config import validate
+from ..data import CTRTable, Splits, count_frequencies, load_dataset
+from ..engine import Engine
+from ..memory import format_bytes, held_bytes, text_table
+from ..nn import TableSpec
+from ..nn.base import embedding_layers
+from ..nn.registry import AUTO
+from ..quant.codecs import FLOAT_MAX
+from ..schema import ConfigError
+from .candidates import Candidate, check_methods, table_candidates
+from .choice import Option, choose
+from .divergence import Probe
+from .surrogates import fitted_table
+
+logger = logging.getLogger("paddle_edo")
+
+PROBE_SHARE = 1 / 3        # of the config's training that the probe run takes
+CHECK_SHARE = 1 / 6        # and each of the (at most two) check runs: planning costs about one training run
+CACHE_COST = 1e-9          # a cached table's cost per missed lookup share: exact rows, only slower
+ESTIMATE_DISCOUNT = 0.05   # the alternative plan's view of row-sharing layers: training recovers nearly all
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the plan does with one table."""
+
+    table: str
+    rows: int
+    dim: int
+    label: str
+    section: dict[str, Any]
+    fp32_bytes: int
+    bytes: int
+    cost: float        # Bernoulli KL of the validation predictions with this table alone changed
+    estimated: bool    # the cost of a layer trained from scratch, estimated by a fit
+
+
+@dataclass
+class Plan:
+    """A plan for ``budget`` bytes: a choice per table, the config that trains it, and what was checked."""
+
+    budget: int
+    choices: list[Choice]
+    smallest_bytes: int
+    config: dict[str, Any]
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def bytes(self) -> int:
+        return sum(c.bytes for c in self.choices)
+
+    @property
+    def fp32_bytes(self) -> int:
+        return sum(c.fp32_bytes for c in self.choices)
+
+    @property
+    def cost(self) -> float:
+        return sum(c.cost for c in self.choices)
+
+    def table(self) -> str:
+        """The plan as a table: table, rows, choice, bytes before and after, estimated cost."""
+        header = ("table", "rows", "choice", "fp32", "planned", "est. cost (KL)")
+        rows = [(c.table, str(c.rows), c.label + (" *" if c.estimated else ""), format_bytes(c.fp32_bytes),
+                 format_bytes(c.bytes), f"{c.cost:.2e}") for c in self.choices]
+        rows.append(("total", "", "", format_bytes(self.fp32_bytes), format_bytes(self.bytes), f"{self.cost:.2e}"))
+        lines = text_table(header, rows, left=(0, 1, 2))
+        lines.append(f"budget {format_bytes(self.budget)}: the plan holds {self.bytes / self.fp32_bytes:.1%} of the "
+                     f"fp32 bytes ({self.fp32_bytes / self.bytes:.1f}x fewer); the smallest reachable is "
+                     f"{format_bytes(self.smallest_bytes)}; planned in {self.seconds:.1f} s")
+        if any(c.estimated for c in self.choices):
+            lines.append("* trained from scratch: its cost is estimated from a least-squares fit of the probe's rows")
+        lines.extend(f"check: {c['plan']}: valid auc {c['valid_auc']:.4f} ({format_bytes(c['bytes'])})"
+                     + (" <- chosen" if c.get("chosen") else "") for c in self.checks)
+        return "\n".join(lines)
+
+    def write(self, path: str | Path) -> Path:
+        """The planned config as YAML (written to a temporary name, then renamed): tools/train.py runs it."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(path.name + ".tmp")
+        header = "".join(f"# {line}\n" for line in self.table().splitlines())
+        temporary.write_text(header + yaml.safe_dump(self.config, sort_keys=False, allow_unicode=True), encoding="utf-8")
+        os.replace(temporary, path)
+        return path
+
+
+def budget_of(embedding: dict[str, Any]) -> tuple[int, bool]:
+    """(bytes, whether they are a device's) from an auto embedding section's budget or device memory."""
+    if embedding.get("budget") is not None:
+        return parse_bytes(embedding["budget"], "embedding.budget"), False
+    return device_budget(embedding["device_memory"], embedding["reserve"],
+                         ("embedding.device_memory", "embedding.reserve")), True
+
+
+def plan_tables(config: dict[str, Any], budget: int | str | None = None, *, device_memory: int | str | None = None,
+                reserve: float | str = 0.3, methods: list[str] | None = None, checks: bool = True,
+                sample_rows: int = 2048, splits: Splits | None = None,
+                progress: Callable[[str], None] = logger.info) -> Plan:
+    """Plan the tables of a validated ``config`` for ``budget`` bytes (or a ``device_memory`` less its
+    ``reserve``; both default to the config's own ``embedding.type: auto`` section). The budget holds the
+    tables as trained and packed, as the memory report counts them; with ``device_memory`` the host may
+    keep cached tables' rows. Raises ConfigError when no plan fits, saying the smallest reachable size."""
+    started = time.perf_counter()
+    embedding = config["embedding"]
+    if budget is None and device_memory is None:
+        if embedding["type"] != AUTO:
+            raise ConfigError("plan_tables needs a budget or a device_memory (or a config with embedding.type: auto)")
+        limit, device = budget_of(embedding)
+    elif budget is not None:
+        limit, device = parse_bytes(budget, "budget"), False
+    else:
+        limit, device = device_budget(device_memory, reserve), True
+    allowed = check_methods(methods if methods is not None else embedding.get("methods"))
+    splits = splits or load_dataset(config["data"], Path(config["train"]["output_dir"]) / "data")
+    progress(f"plan: a probe run of fp32 tables ({PROBE_SHARE:.0%} of the training)")
+    with tempfile.TemporaryDirectory() as scratch:
+        probe = Engine(_short_run(config, _fp32_embedding(embedding), f"{scratch}/probe", PROBE_SHARE),
+                       splits=_short_splits(config, splits, PROBE_SHARE), checkpoints=False)
+        probe.fit()
+        options = measure_options(probe, allowed, device, sample_rows, progress)
+        chosen = choose(options, limit)
+        smallest = sum(min(o.bytes for o in table) for table in options.values())
+        if chosen is None:
+            raise ConfigError(f"budget {limit} bytes ({format_bytes(limit)}) is below the smallest plan these tables "
+                              f"reach, {smallest} bytes ({format_bytes(smallest)}); allowed methods: "
+                              f"{', '.join(allowed)}")
+        plans = [("plan", chosen)]
+        if checks:
+            plans += _alternatives(options, chosen, limit)
+        check_results = []
+        if len(plans) > 1:
+            for index, (label, picked) in enumerate(plans):
+                progress(f"plan: check run {index + 1} of {len(plans)} ({label})")
+                engine = Engine(_short_run(config, _planned_embedding(embedding, picked), f"{scratch}/check{index}",
+                                           CHECK_SHARE), splits=_short_splits(config, splits, CHECK_SHARE),
+                                checkpoints=False)
+                engine.fit()
+                check_results.append({"plan": label, "valid_auc": engine.evaluate("valid")["auc"],
+                                      "bytes": engine.memory_report().held_bytes})
+            best = max(range(len(plans)), key=lambda i: check_results[i]["valid_auc"])
+            check_results[best]["chosen"] = True
+            chosen = plans[best][1]
+    names = {name: layer for name, layer in embedding_layers(probe.model)}
+    choices = [Choice(name, names[name].num_embeddings, names[name].embedding_dim, o.candidate.label,
+                      o.candidate.section, options[name][0].bytes, o.bytes, o.cost, o.candidate.estimated)
+               for name, o in chosen.items()]
+    planned = {**config, "embedding": _planned_embedding(embedding, chosen)}
+    plan = Plan(limit, choices, smallest, _plain(planned), check_results)
+    plan.seconds = time.perf_counter() - started
+    return plan
+
+
+def measure_options(probe: Engine, methods: tuple[str, ...], device: bool, sample_rows: int,
+                    progress: Callable[[str], None]) -> dict[str, list[Option]]:
+    """Each table's candidates of the probe's model with their bytes and cost (the fp32 option first)."""
+    reference = Probe(probe, sample_rows)
+    frequencies = count_frequencies(probe.splits.train)
+    fields = probe.model.table_fields()
+    options = {}
+    for name, layer in embedding_layers(probe.model):
+        weight = layer.weight.numpy()
+        counts = np.asarray(frequencies[fields[name]], dtype=np.float64)
+        found, fits = [], {}
+        within_fp16 = bool(np.abs(weight).max() < FLOAT_MAX["float16"]) if weight.size else True
+        for candidate in table_candidates(len(weight), weight.shape[1], methods, device, within_fp16):
+            found.append(_measure(candidate, weight, counts, name, reference, fits))
+        options[name] = found
+        progress(f"plan: {name}: {len(found)} candidates measured")
+    return options
+
+
+def _measure(candidate: Candidate, weight: np.ndarray, counts: np.ndarray, name: str, reference: Probe,
+             fits: dict) -> Option:
+    if candidate.method == "fp32":
+        return Option(candidate, weight.size * 4, 0.0)
+    if candidate.method == "cached":
+        layer = TableSpec.from_section({**candidate.section, "dim": weight.shape[1]}).build(len(weight), 0)
+        hot = np.sort(counts)[::-1][:layer.cache_rows].sum() / max(counts.sum(), 1.0)
+        return Option(candidate, layer.estimated_bytes(), CACHE_COST * (1.0 - hot))
+    layer = fitted_table(candidate.section, weight, counts, fits=fits)
+    return Option(candidate, held_bytes(layer), max(reference.with_table(name, layer).kl, 0.0))
+
+
+def _alternatives(options: dict[str, list[Option]], chosen: dict[str, Option], limit: int
+                  ) -> list[tuple[str, dict[str, Option]]]:
+    """The plan to check the chosen one against, from the other side of the estimate's doubt: without
+    row-sharing layers when the chosen plan has them (and one fits); else one that trusts training to
+    recover most of their estimated cost (sharing rows can even help, where most ids are rare)."""
+    alternative = None
+    if any(o.candidate.estimated for o in chosen.values()):
+        alternative = choose({name: [o for o in table if not o.candidate.estimated] for name, table in options.items()},
+                             limit)
+        label = "without row-sharing layers"
+    if alternative is None:
+        discounted = {name: [Option(o.candidate, o.bytes, o.cost * (ESTIMATE_DISCOUNT if o.candidate.estimated else 1))
+                             for o in table] for name, table in options.items()}
+        alternative = choose(discounted, limit)
+        label = f"row-sharing costs x {ESTIMATE_DISCOUNT:g}"
+    if alternative is None or {n: o.candidate for n, o in alternative.items()} == {n: o.candidate for n, o in chosen.items()}:
+        return []
+    return [(label, {name: next(o for o in options[name] if o.candidate == alternative[name].candidate)
+                     for name in alternative})]
+
+
+def _fp32_embedding(embedding: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "dense", "dim": embedding["dim"], "sparse": embedding["sparse"]}
+
+
+def _planned_embedding(embedding: dict[str, Any], chosen: dict[str, Option]) -> dict[str, Any]:
+    """The embedding section of a plan: fp32 by default, each changed table its own section."""
+    tables = {name: dict(o.candidate.section) for name, o in chosen.items() if o.candidate.method != "fp32"}
+    return {**_fp32_embedding(embedding), "tables": tables}
+
+
+def _short_run(config: dict[str, Any], embedding: dict[str, Any], output_dir: str, share: float) -> dict[str, Any]:
+    """The config of a probe or check run: ``share`` of the training (whole epochs here, the rest by
+    _short_splits), quiet, no monitor, no checkpoint kept."""
+    raw = copy.deepcopy(config)
+    raw["embedding"] = embedding
+    raw["train"].update(epochs=max(1, math.floor(config["train"]["epochs"] * share)), output_dir=output_dir,
+                        log_every_steps=10 ** 9, resume=False, checkpoint_every_steps=0)
+    raw["monitor"]["enable"] = False
+    return validate(_plain(raw))
+
+
+def _short_splits(config: dict[str, Any], splits: Splits, share: float) -> Splits:
+    """The splits of a short run over ``share`` of the training: where whole epochs would be more, a seeded
+    share of the training rows."""
+    epochs = config["train"]["epochs"]
+    share = epochs * share / max(1, math.floor(epochs * share))
+    if share >= 1 or not isinstance(splits.train, CTRTable):
+        return splits
+    rows = np.sort(np.random.default_rng(config["train"]["seed"]).permutation(len(splits.train))
+                   [:max(1, int(len(splits.train) * share))])
+    return Splits(splits.train.take(rows), splits.valid, splits.test, splits.extra, splits.vocabularies, splits.plan)
+
+
+def _plain(value: Any) -> Any:
+    """A config as plain YAML types (tuples to lists), for dumping and validating again."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

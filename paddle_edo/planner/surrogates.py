@@ -1,0 +1,191 @@
+"""A trained fp32 table as each compressed layer would hold it, built without training that layer: the
+packed formats and clustering exactly as packing makes them; hashing, QR and mixed dimensions as the
+least-squares fit of their shared rows to the trained ones (weighted by how often each id occurs), an
+estimate of what training them would reach."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import numpy as np
+import paddle
+
+from ..nn import EmbeddingBase, TableSpec
+from ..nn.shared import hash_ids_numpy
+
+FIT_ROUNDS = 10   # alternating least-squares rounds (QR)
+CG_ROUNDS = 20    # conjugate-gradient rounds (hashing)
+RIDGE = 1e-3      # shrinks shared rows that few occurrences reach toward zero
+
+
+def fitted_table(section: dict[str, Any], weight: np.ndarray, frequencies: np.ndarray,
+                 padding_idx: int | None = 0, fits: dict | None = None) -> EmbeddingBase:
+    """The layer ``section`` (an embedding section at the table's width) builds for a table of
+    ``len(weight)`` ids, holding its estimate of the trained rows ``weight`` [N, D], packed as training
+    would leave it. ``fits``: fitted rows kept between calls for the same table (sections that differ in
+    ``storage_format`` alone share one fit)."""
+    num_embeddings, dim = weight.shape
+    spec = TableSpec.from_section({**section, "dim": dim})
+    build = dict(spec.section())
+    if build["type"] == "quantized":
+        build["mode"] = "ptq"  # QAT's master table trains as fp32 does; packing is what is estimated
+    with _zero_initialised():  # every row is set below: drawing normal initial values would be wasted
+        layer = TableSpec.from_section(build).build(num_embeddings, padding_idx, frequencies)
+    weights = np.where(np.arange(num_embeddings) == padding_idx, 0.0, frequencies).astype(np.float64)
+    key = repr(sorted((k, v) for k, v in build.items() if k != "storage_format"))
+    with paddle.no_grad():
+        if fits is not None and key in fits:
+            layer.set_state_dict(fits[key])
+        else:
+            _fill(layer, weight, weights)
+            if fits is not None:
+                fits[key] = {name: value.numpy() for name, value in layer.state_dict().items()}
+    layer.pack()
+    layer.eval()
+    return layer
+
+
+@contextlib.contextmanager
+def _zero_initialised() -> Iterator[None]:
+    """Within, new parameters start at zero (Paddle's global initializer)."""
+    paddle.nn.initializer.set_global_initializer(paddle.nn.initializer.Constant(0.0))
+    try:
+        yield
+    finally:
+        paddle.nn.initializer.set_global_initializer(None)
+
+
+def _fill(layer: EmbeddingBase, weight: np.ndarray, weights: np.ndarray) -> None:
+    kind = layer.registry_name
+    if kind in ("dense", "quantized"):
+        layer.weight.set_value(weight)
+    elif kind == "clustered":
+        layer.table.weight.set_value(weight)
+    elif kind == "hash":
+        layer.table.weight.set_value(fit_hashed_rows(weight, weights, layer.num_buckets,
+                                                     layer.coefficients.numpy(), layer.combine).astype(np.float32))
+    elif kind == "qr":
+        quotient, remainder = fit_quotient_remainder(weight, weights, layer.num_collisions, layer.operation)
+        layer.quotient.weight.set_value(quotient.astype(np.float32))
+        layer.remainder.weight.set_value(remainder.astype(np.float32))
+    elif kind == "mixed_dim":
+        fit_mixed_dims(layer, weight, weights)
+    else:
+        raise NotImplementedError(f"no estimate of a trained {kind!r} table")
+
+
+class BucketSums:
+    """Sums of rows [n, D] by bucket (``index`` [n] in [0, buckets)): the rows sorted by bucket once, then
+    one reduceat per sum, instead of a bincount per column."""
+
+    def __init__(self, index: np.ndarray, buckets: int) -> None:
+        self.order = np.argsort(index, kind="stable")
+        sorted_index = index[self.order]
+        self.starts = np.flatnonzero(np.r_[True, sorted_index[1:] != sorted_index[:-1]]) if len(index) else index
+        self.present = sorted_index[self.starts]
+        self.buckets = buckets
+
+    def __call__(self, values: np.ndarray) -> np.ndarray:
+        out = np.zeros((self.buckets, values.shape[1]))
+        if len(self.order):
+            out[self.present] = np.add.reduceat(values[self.order], self.starts, axis=0)
+        return out
+
+
+def _bucket_mean(index: np.ndarray, values: np.ndarray, weights: np.ndarray, buckets: int) -> np.ndarray:
+    """Per bucket, the weighted mean of the values [n, D] of the rows in it (ridge-shrunk to zero)."""
+    sums = BucketSums(index, buckets)
+    return sums(weights[:, None] * values) / (sums(weights[:, None]) + RIDGE)
+
+
+def fit_hashed_rows(weight: np.ndarray, weights: np.ndarray, buckets: int, coefficients: np.ndarray,
+                    combine: str) -> np.ndarray:
+    """Shared rows T [buckets, D] such that combining (summing, or averaging) T at each id's hashes gives
+    its trained row: the weighted least-squares solution (ridge-regularised, so buckets no id reaches
+    stay zero), by conjugate gradients on the normal equations."""
+    if combine not in ("sum", "mean"):
+        raise NotImplementedError(f"no estimate of hashed rows combined by {combine!r}")
+    seen = np.flatnonzero(weights > 0)        # ids that never occur add nothing to the squares
+    weight, weights = weight[seen], weights[seen]
+    dim = weight.shape[1]
+    index = hash_ids_numpy(seen, coefficients, buckets)                       # [n, k]
+    factor = float(index.shape[1]) if combine == "mean" else 1.0
+    sums = BucketSums(index.T.reshape(-1), buckets)
+
+    def gathered(table: np.ndarray) -> np.ndarray:                            # A T: each id's combined row
+        return table[index].sum(axis=1) / factor
+
+    def scattered(rows: np.ndarray) -> np.ndarray:                            # A^T W r: back to the buckets
+        return sums(np.tile(weights[:, None] * rows / factor, (index.shape[1], 1)))
+
+    def normal(table: np.ndarray) -> np.ndarray:
+        return scattered(gathered(table)) + RIDGE * table
+
+    table = np.zeros((buckets, dim))
+    residual = scattered(weight.astype(np.float64))
+    direction = residual.copy()
+    size = float((residual * residual).sum())
+    for _ in range(CG_ROUNDS):
+        if size <= 1e-20:
+            break
+        product = normal(direction)
+        step = size / float((direction * product).sum())
+        table += step * direction
+        residual -= step * product
+        new_size = float((residual * residual).sum())
+        direction = residual + (new_size / size) * direction
+        size = new_size
+    return table
+
+
+def fit_quotient_remainder(weight: np.ndarray, weights: np.ndarray, collisions: int, operation: str
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """Quotient and remainder rows whose product (or sum, or concatenation) gives each id's trained row,
+    by alternating weighted least squares."""
+    n, dim = weight.shape
+    rows_q = -(-n // collisions)
+    seen = np.flatnonzero(weights > 0)        # ids that never occur add nothing to the squares
+    weight, weights = weight[seen], weights[seen]
+    q_index, r_index = seen // collisions, seen % collisions
+    if operation == "concat":
+        half = dim // 2
+        return (_bucket_mean(q_index, weight[:, :half], weights, rows_q),
+                _bucket_mean(r_index, weight[:, half:], weights, collisions))
+    if operation == "add":
+        remainder = np.zeros((collisions, dim))
+        for _ in range(FIT_ROUNDS):
+            quotient = _bucket_mean(q_index, weight - remainder[r_index], weights, rows_q)
+            remainder = _bucket_mean(r_index, weight - quotient[q_index], weights, collisions)
+        return quotient, remainder
+    remainder = np.ones((collisions, dim))
+    for _ in range(FIT_ROUNDS):
+        quotient = _ratio_fit(q_index, weight, remainder[r_index], weights, rows_q)
+        remainder = _ratio_fit(r_index, weight, quotient[q_index], weights, collisions)
+    return quotient, remainder
+
+
+def _ratio_fit(index: np.ndarray, target: np.ndarray, other: np.ndarray, weights: np.ndarray, rows: int
+               ) -> np.ndarray:
+    """Per row r and column j, the least-squares x with target ~ x * other over the ids of r."""
+    sums = BucketSums(index, rows)
+    return sums(weights[:, None] * target * other) / (sums(weights[:, None] * other ** 2) + RIDGE)
+
+
+def fit_mixed_dims(layer: EmbeddingBase, weight: np.ndarray, weights: np.ndarray) -> None:
+    """Each block's rows and projection from a weighted principal-component fit of its ids' trained rows."""
+    rank = layer.rank.numpy()
+    order = np.argsort(rank, kind="stable")                                   # ids by rank
+    starts = [0, *layer.block_ends[:-1]]
+    for block, projection, start, end in zip(layer.blocks, layer.projections, starts, layer.block_ends):
+        ids = order[start:end]
+        rows = weight[ids].astype(np.float64)
+        table = np.zeros((end - start + 1, block.embedding_dim))
+        if isinstance(projection, paddle.nn.Linear):
+            scatter = (rows * (weights[ids] + RIDGE)[:, None]).T @ rows       # [D, D], weighted second moments
+            _, vectors = np.linalg.eigh(scatter)                              # ascending eigenvalues
+            basis = vectors[:, ::-1][:, :block.embedding_dim].T               # [width, D], orthonormal rows
+            table[:-1] = rows @ basis.T
+            projection.weight.set_value(basis.astype(np.float32))
+        else:
+            table[:-1] = rows
+        block.weight.set_value(table.astype(np.float32))

@@ -1,0 +1,81 @@
+"""The planner end to end, as a user calls it: a budget in, a plan within it out, and the config it writes
+training to exactly the planned bytes."""
+import numpy as np
+import pytest
+import yaml
+
+from conftest import small_synthetic_config
+from paddle_edo import load_config
+from paddle_edo.engine import Engine
+from paddle_edo.planner import plan_tables
+from paddle_edo.schema import ConfigError
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    config = small_synthetic_config(tmp_path_factory.mktemp("plan") / "run")
+    fp32 = 4 * 500 * (8 + 1) * 4                           # 4 fields: vectors of 8 and first-order weights
+    budget = fp32 // 10
+    return config, budget, plan_tables(config, budget, progress=lambda line: None)
+
+
+def test_a_plan_fits_its_budget_and_its_config_trains_to_exactly_the_planned_bytes(planned, tmp_path):
+    config, budget, plan = planned
+    assert plan.bytes <= budget < plan.fp32_bytes
+    assert len(plan.choices) == 8 and {c.table for c in plan.choices} >= {"embeddings.f0", "first_order.f3"}
+    assert any(c.label != "fp32" for c in plan.choices)
+    path = plan.write(tmp_path / "plan.yaml")
+    text = path.read_text()
+    assert text.startswith("# table") and "budget" in text
+    trained = load_config(path, [f"train.output_dir={tmp_path / 'trained'}", "train.epochs=1"])
+    written = yaml.safe_load(text)["embedding"]["tables"]
+    assert set(trained["embedding"]["tables"]) == set(written)          # each planned table, its keys validated
+    for name, entry in written.items():
+        assert entry.items() <= trained["embedding"]["tables"][name].items()
+    engine = Engine(trained)
+    results = engine.fit()
+    report = engine.memory_report()
+    assert report.held_bytes == plan.bytes
+    assert {t.name: t.held_bytes for t in report.tables} == {c.table: c.bytes for c in plan.choices}
+    assert results["test_auc"] > 0.6
+
+
+def test_the_plan_table_says_what_each_table_becomes(planned):
+    _, budget, plan = planned
+    table = plan.table()
+    for choice in plan.choices:
+        assert choice.table in table and choice.label in table
+    assert "smallest reachable" in table and f"{plan.fp32_bytes / plan.bytes:.1f}x fewer" in table
+
+
+def test_a_budget_below_every_plan_is_refused_with_the_smallest_reachable_size(tmp_path):
+    config = small_synthetic_config(tmp_path / "run", epochs=1)
+    with pytest.raises(ConfigError, match=r"budget 10 bytes .* below the smallest plan these tables reach, 32000 bytes"):
+        plan_tables(config, 10, methods=["int8"], progress=lambda line: None)
+
+
+@pytest.mark.parametrize("budget,message", [(0, "at least one byte"), (-5, "at least one byte"),
+                                            ("12 parsecs", "not a memory size"), ("", "not a memory size")])
+def test_bad_budgets_name_the_value_and_the_units(tmp_path, budget, message):
+    config = small_synthetic_config(tmp_path / "run")
+    with pytest.raises(ConfigError, match=message):
+        plan_tables(config, budget)
+
+
+def test_a_reserve_as_large_as_the_device_is_refused(tmp_path):
+    config = small_synthetic_config(tmp_path / "run")
+    with pytest.raises(ConfigError, match="reserve = '2GiB' keeps"):
+        plan_tables(config, device_memory="1GiB", reserve="2GiB")
+
+
+def test_auto_tables_need_a_budget_and_cannot_be_built_unplanned(tmp_path):
+    base = {"data": {"name": "synthetic"}, "embedding": {"type": "auto"}}
+    with pytest.raises(ConfigError, match="needs one of embedding.budget"):
+        load_config(base=base)
+    with pytest.raises(ConfigError, match="embedding.budget = '1 XB' is not a memory size"):
+        load_config(base={**base, "embedding": {"type": "auto", "budget": "1 XB"}})
+    with pytest.raises(ConfigError, match="embedding.methods: 'zip' is not a method"):
+        plan_tables(load_config(base={**base, "embedding": {"type": "auto", "budget": "1MB", "methods": ["zip"]}}))
+    config = load_config(base={**base, "embedding": {"type": "auto", "budget": "2MiB"}})
+    with pytest.raises(ConfigError, match="chosen table by table by the planner"):
+        Engine(config)
