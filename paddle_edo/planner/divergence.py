@@ -42,7 +42,7 @@ class Probe:
     def __init__(self, engine, sample_rows: int = 2048, seed: int = 0) -> None:
         valid = engine.splits.valid
         if not isinstance(valid, CTRTable):
-            valid = _first_rows(valid, sample_rows)
+            valid = valid.head(sample_rows)  # a streamed split: its first rows, in memory
         elif len(valid) > sample_rows:
             valid = valid.take(np.sort(np.random.default_rng(seed).choice(len(valid), sample_rows, replace=False)))
         self.engine, self.sample = engine, valid
@@ -66,20 +66,3 @@ class Probe:
             return self.divergence(self.engine.predict(self.sample))
         finally:
             swap_sublayers(model, lambda found, _: original if found == name else None)
-
-
-def _first_rows(stream, rows: int) -> CTRTable:
-    """The first ``rows`` rows of a streamed split, in memory."""
-    from ..data.ctr import CTRBatches
-
-    parts = []
-    for batch in CTRBatches(stream, min(rows, 8192), shuffle=False):
-        parts.append(batch)
-        if sum(len(b["label"]) for b in parts) >= rows:
-            break
-    fields = stream.fields
-    joined = {key: np.concatenate([b[key] for b in parts])[:rows] for key in parts[0]}
-    dense = joined.pop("dense", None)
-    labels = joined.pop("label")
-    ids = {f.name: joined.pop(f.name) for f in fields}
-    return CTRTable(fields, ids, labels, joined, dense, list(stream.dense_features))

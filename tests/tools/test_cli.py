@@ -199,8 +199,7 @@ def test_plan_writes_a_config_that_fits_and_train_plans_an_auto_config_itself(tm
     result = run("train.py", "-c", str(config), "-o", "embedding.type=auto", "-o", f"embedding.budget={budget}B")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "planned config:" in result.stdout and (tmp_path / "run" / "plan.yaml").is_file()
-    held = [line for line in result.stdout.splitlines() if line.startswith("total")][-1]
-    assert "test auc" in result.stdout and held
+    assert "test auc" in result.stdout
     result = run("plan.py", "-c", str(config), "--budget", "0")
     assert error_lines(result) == ["error: budget = '0' must be at least one byte; expected a positive number of bytes, "
                                    "or a number with a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"]
