@@ -3,7 +3,8 @@
 // run some twenty whole-tensor ops over the batch's distinct rows. fp16 / bf16 rows and the row-wise
 // int8 / int4 / int2 formats; ternary and binary scale by a mean, whose summation order is Paddle's own,
 // and stay with the composite ops. The intN rows take their min-max range, or codecs.search_range's
-// (float64 statistics, so the kernel chooses codecs' fp16 parameters); edo_encode_rows packs them.
+// (float64 statistics, so the kernel chooses codecs' fp16 parameters); edo_encode_rows packs them, and
+// edo_write_rows writes low_precision training's stochastically rounded rows back into a packed table.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -250,3 +251,91 @@ PD_BUILD_OP(edo_encode_rows)
     .SetKernelFn(PD_KERNEL(EncodeRows))
     .SetInferShapeFn(PD_INFER_SHAPE(EncodeRowsShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(EncodeRowsDtype));
+
+namespace {
+
+// codecs.round_to_float, stochastic: x on the grid of a 16-bit float, rounded up where the uniform draw is
+// below x's fraction of a spacing (unbiased), as fp32.
+inline float StochasticToGrid(float x, float uniform, const FloatGrid& grid) {
+  x = std::min(std::max(x, -grid.limit), grid.limit);
+  const float spacing = Spacing(x, grid);
+  const float scaled = x / spacing, low = std::floor(scaled);
+  const float rounded = (low + (uniform < scaled - low ? 1.0f : 0.0f)) * spacing;
+  return ThroughStorage(std::min(std::max(rounded, -grid.limit), grid.limit), grid);
+}
+
+// codecs.encode of one int8 row, stochastic (codecs.row_digits): min-max range, digit =
+// clip(floor((x - bias) / scale + uniform), 0, 255), stored as digit - 128.
+void StochasticInt8Row(const float* row, const float* uniform, int64_t dim, int8_t* codes, paddle::float16* params) {
+  float scale, bias;
+  MinMaxRange(row, dim, 255, &scale, &bias);
+  const float safe = scale > 0.0f ? scale : 1.0f;
+  for (int64_t j = 0; j < dim; ++j) {
+    const float digit = std::min(std::max(std::floor((row[j] - bias) / safe + uniform[j]), 0.0f), 255.0f);
+    codes[j] = static_cast<int8_t>(static_cast<int>(digit) - 128);
+  }
+  params[0] = paddle::float16(ThroughStorage(scale, kHalf));
+  params[1] = paddle::float16(ThroughStorage(bias, kHalf));
+}
+
+}  // namespace
+
+// low_precision's write-back: rows [U, D] fp32 encoded as codecs.encode(stochastic=True) encodes them,
+// with the caller's uniform draws ``noise`` [U, D] (paddle.rand's: the composite path's very draws, so
+// the same bits), and written in place at ``ids`` [U] (strictly increasing) of a packed table: ``codes``
+// fp16 / bf16 [R, D] (``params`` unused), or int8 [R, D] with fp16 ``params`` [R, 2].
+void WriteRows(paddle::Tensor& codes, paddle::Tensor& params, const paddle::Tensor& ids, const paddle::Tensor& rows,
+               const paddle::Tensor& noise, int format) {
+  CheckRows(rows);
+  PD_CHECK(format >= kFp16 && format <= kInt8, "rows of format ", format, " are not written natively");
+  PD_CHECK(codes.is_cpu() && codes.shape().size() == 2, "codes must be a 2-D tensor on the CPU");
+  PD_CHECK(ids.is_cpu() && ids.dtype() == paddle::DataType::INT64 && ids.shape().size() == 1,
+           "ids must be 1-D int64 on the CPU");
+  const int64_t n = rows.shape()[0], dim = rows.shape()[1], table_rows = codes.shape()[0];
+  PD_CHECK(ids.numel() == n, "one id a row: ", ids.numel(), " ids, ", n, " rows");
+  PD_CHECK(noise.is_cpu() && noise.dtype() == paddle::DataType::FLOAT32 && noise.shape() == rows.shape(),
+           "noise must be float32 shaped like the rows");
+  PD_CHECK(codes.shape()[1] == dim, "the table must be dim wide");
+  const int64_t* id = ids.data<int64_t>();
+  for (int64_t u = 0; u < n; ++u) {  // before any write
+    PD_CHECK(id[u] >= 0 && id[u] < table_rows, "id ", id[u], " is outside [0, ", table_rows, ")");
+    PD_CHECK(u == 0 || id[u] > id[u - 1], "ids must be distinct and increasing (", id[u - 1], " then ", id[u], ")");
+  }
+  const float* x = rows.data<float>();
+  const float* uniform = noise.data<float>();
+  if (format == kInt8) {
+    PD_CHECK(codes.dtype() == paddle::DataType::INT8, "int8 codes must be int8");
+    PD_CHECK(params.is_cpu() && params.dtype() == paddle::DataType::FLOAT16 && params.shape().size() == 2 &&
+                 params.shape()[0] == table_rows && params.shape()[1] == 2,
+             "row parameters must be float16 [rows, 2]");
+    int8_t* c = codes.data<int8_t>();
+    paddle::float16* p = params.data<paddle::float16>();
+#pragma omp parallel for if (n > kParallelRows)
+    for (int64_t u = 0; u < n; ++u) StochasticInt8Row(x + u * dim, uniform + u * dim, dim, c + id[u] * dim, p + 2 * id[u]);
+    return;
+  }
+  const bool half = format == kFp16;
+  PD_CHECK(codes.dtype() == (half ? paddle::DataType::FLOAT16 : paddle::DataType::BFLOAT16),
+           "a ", half ? "fp16" : "bf16", " table must be ", half ? "float16" : "bfloat16");
+  const FloatGrid& grid = half ? kHalf : kBrain;
+  paddle::float16* h = half ? codes.data<paddle::float16>() : nullptr;
+  paddle::bfloat16* b = half ? nullptr : codes.data<paddle::bfloat16>();
+#pragma omp parallel for if (n > kParallelRows)
+  for (int64_t u = 0; u < n; ++u) {
+    for (int64_t j = 0; j < dim; ++j) {
+      const float value = StochasticToGrid(x[u * dim + j], uniform[u * dim + j], grid);  // on the grid: exact
+      if (half) {
+        h[id[u] * dim + j] = paddle::float16(value);
+      } else {
+        b[id[u] * dim + j] = paddle::bfloat16(value);
+      }
+    }
+  }
+}
+
+PD_BUILD_OP(edo_write_rows)
+    .Inputs({"Codes", "Params", "Ids", "Rows", "Noise"})
+    .Outputs({"CodesOut", "ParamsOut"})
+    .Attrs({"format: int"})
+    .SetInplaceMap({{"Codes", "CodesOut"}, {"Params", "ParamsOut"}})
+    .SetKernelFn(PD_KERNEL(WriteRows));

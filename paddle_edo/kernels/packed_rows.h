@@ -59,9 +59,12 @@ const float* CachedByteTable(int format) {
   return tables[format].data();
 }
 
+// Every cache line of [row, row + bytes): a row need not start on a line.
 inline void Prefetch(const void* row, int64_t bytes) {
-  const char* p = static_cast<const char*>(row);
-  for (int64_t k = 0; k < bytes; k += 64) __builtin_prefetch(p + k);
+  const uintptr_t start = reinterpret_cast<uintptr_t>(row);
+  for (uintptr_t line = start & ~uintptr_t{63}; line < start + bytes; line += 64) {
+    __builtin_prefetch(reinterpret_cast<const void*>(line));
+  }
 }
 
 // fp16 -> fp32: F16C's conversion (exact) where the processor has it, else Paddle's float16 conversion.
@@ -84,21 +87,11 @@ void Bf16Row(const uint16_t* src, float* dst, int64_t dim) {
   for (int64_t j = 0; j < dim; ++j) bits[j] = static_cast<uint32_t>(src[j]) << 16;
 }
 
-// int8 codes: code * scale + offset, the multiply and the add rounded apart (as Paddle's two ops do).
-__attribute__((target("avx2"))) void Int8RowAvx2(const int8_t* src, float scale, float offset, int64_t dim,
-                                                  float* row) {
-  const __m256 s = _mm256_set1_ps(scale), o = _mm256_set1_ps(offset);
-  int64_t j = 0;
-  for (; j + 8 <= dim; j += 8) {
-    const __m256i codes = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + j)));
-    _mm256_storeu_ps(row + j, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(codes), s), o));
-  }
-  for (; j < dim; ++j) row[j] = static_cast<float>(src[j]) * scale + offset;
-}
+// A code row's fp16 parameters (scale, then the bias where the format has one): F16C's conversion
+// where the processor has it, else Paddle's (both exact).
+__attribute__((target("f16c"))) inline float HalfF16C(const uint16_t* p) { return _cvtsh_ss(*p); }
 
-void Int8RowPortable(const int8_t* src, float scale, float offset, int64_t dim, float* row) {
-  for (int64_t j = 0; j < dim; ++j) row[j] = static_cast<float>(src[j]) * scale + offset;
-}
+inline float HalfPortable(const uint16_t* p) { return static_cast<float>(*reinterpret_cast<const paddle::float16*>(p)); }
 
 // One row of sub-byte codes: each byte's digits from the byte table, times the scale (plus the bias).
 template <int kPerByte, bool kSymmetric>
@@ -119,12 +112,103 @@ inline void DecodeSubByteRow(const int8_t* src, const float* byte_table, float s
   }
 }
 
+// A code row (``src``, its fp16 ``params``) -> fp32 ``row`` [dim].
+using CodeRowFn = void (*)(const int8_t* src, const uint16_t* params, const float* byte_table, int64_t dim,
+                           float* row);
+
+// int8 codes: code * scale + (bias + 128 scale), as codecs.decode folds the offset; the multiply and
+// the add rounded apart (as Paddle's two ops do).
+__attribute__((target("avx2,f16c"))) void Int8RowAvx2(const int8_t* src, const uint16_t* params, const float*,
+                                                       int64_t dim, float* row) {
+  const float scale = HalfF16C(params), offset = HalfF16C(params + 1) + 128.0f * scale;
+  const __m256 s = _mm256_set1_ps(scale), o = _mm256_set1_ps(offset);
+  int64_t j = 0;
+  for (; j + 8 <= dim; j += 8) {
+    const __m256i codes = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + j)));
+    _mm256_storeu_ps(row + j, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(codes), s), o));
+  }
+  for (; j < dim; ++j) row[j] = static_cast<float>(src[j]) * scale + offset;
+}
+
+void Int8RowPortable(const int8_t* src, const uint16_t* params, const float*, int64_t dim, float* row) {
+  const float scale = HalfPortable(params), offset = HalfPortable(params + 1) + 128.0f * scale;
+  for (int64_t j = 0; j < dim; ++j) row[j] = static_cast<float>(src[j]) * scale + offset;
+}
+
+template <int kPerByte, bool kSymmetric>
+void SubByteRowPortable(const int8_t* src, const uint16_t* params, const float* byte_table, int64_t dim,
+                        float* row) {
+  DecodeSubByteRow<kPerByte, kSymmetric>(src, byte_table, HalfPortable(params),
+                                         kSymmetric ? 0.0f : HalfPortable(params + 1), dim, row);
+}
+
+// Codes whose digits are whole bits (int4, int2, binary), eight values at a time: the eight digits of
+// kBits bytes taken from one little-endian word by per-lane shifts (digit k of a byte sits at bits
+// k * kBits of it, as the byte table reads it). The level is the digit (binary: -1 or 1), then
+// times the scale and plus the bias, rounded apart: the byte table's arithmetic, so the same bits.
+template <int kBits, bool kSymmetric>
+__attribute__((target("avx2,f16c"))) void BitCodesRowAvx2(const int8_t* src, const uint16_t* params,
+                                                          const float* byte_table, int64_t dim, float* row) {
+  constexpr uint32_t kToUnsigned = kBits == 4 ? 0x80808080u : kBits == 2 ? 0x8080u : 0x80u;  // b - 128 -> b
+  const float scale = HalfF16C(params), bias = kSymmetric ? 0.0f : HalfF16C(params + 1);
+  const __m256i shifts = _mm256_setr_epi32(0, kBits, 2 * kBits, 3 * kBits, 4 * kBits, 5 * kBits, 6 * kBits,
+                                           7 * kBits);
+  const __m256i mask = _mm256_set1_epi32((1 << kBits) - 1);
+  const __m256 s = _mm256_set1_ps(scale), b = _mm256_set1_ps(bias);
+  int64_t j = 0;
+  for (; j + 8 <= dim; j += 8) {
+    uint32_t word = 0;
+    std::memcpy(&word, src + j * kBits / 8, kBits);
+    const __m256i digits = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word ^ kToUnsigned), shifts), mask);
+    const __m256i levels = kBits == 1 ? _mm256_sub_epi32(_mm256_slli_epi32(digits, 1), _mm256_set1_epi32(1)) : digits;
+    const __m256 scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(levels), s);
+    _mm256_storeu_ps(row + j, kSymmetric ? scaled : _mm256_add_ps(scaled, b));
+  }
+  if (j < dim) DecodeSubByteRow<8 / kBits, kSymmetric>(src + j * kBits / 8, byte_table, scale, bias, dim - j, row + j);
+}
+
+// Ternary levels as int8, eight a byte (its five digits, then three zeros): one 8-lane load a byte.
+std::vector<int8_t> TernaryLevels() {
+  const std::vector<float> levels = ByteTable(kTernary);
+  std::vector<int8_t> table(256 * 8, 0);
+  for (int b = 0; b < 256; ++b) {
+    for (int k = 0; k < 5; ++k) table[b * 8 + k] = static_cast<int8_t>(levels[b * 5 + k]);
+  }
+  return table;
+}
+
+// Ternary codes (five base-3 digits a byte): each byte's eight int8 lanes from TernaryLevels, times the
+// scale, stored eight wide at the byte's five values (the next byte's store overwrites the three extra).
+__attribute__((target("avx2,f16c"))) void TernaryRowAvx2(const int8_t* src, const uint16_t* params,
+                                                         const float* byte_table, int64_t dim, float* row) {
+  static const std::vector<int8_t> lanes = TernaryLevels();
+  const float scale = HalfF16C(params);
+  const __m256 s = _mm256_set1_ps(scale);
+  int64_t c = 0;
+  for (; 5 * c + 8 <= dim; ++c) {
+    const __m128i levels = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(lanes.data() + (src[c] + 128) * 8));
+    _mm256_storeu_ps(row + 5 * c, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(levels)), s));
+  }
+  if (5 * c < dim) DecodeSubByteRow<5, true>(src + c, byte_table, scale, 0.0f, dim - 5 * c, row + 5 * c);
+}
+
+CodeRowFn CodeRowDecoder(int format) {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  switch (format) {
+    case kInt8: return avx2 ? Int8RowAvx2 : Int8RowPortable;
+    case kInt4: return avx2 ? BitCodesRowAvx2<4, false> : SubByteRowPortable<2, false>;
+    case kInt2: return avx2 ? BitCodesRowAvx2<2, false> : SubByteRowPortable<4, false>;
+    case kTernary: return avx2 ? TernaryRowAvx2 : SubByteRowPortable<5, true>;
+    default: return avx2 ? BitCodesRowAvx2<1, true> : SubByteRowPortable<8, true>;
+  }
+}
+
 // A packed table, checked once: fp16 / bf16 rows (``codes`` is the table; ``params`` is not read) or code
 // rows (``codes`` int8 [rows, bytes], ``params`` fp16 [rows, 1 or 2]).
 class PackedTable {
  public:
   PackedTable(const paddle::Tensor& codes, const paddle::Tensor& params, int format, int64_t dim)
-      : format_(format), dim_(dim) {
+      : dim_(dim) {
     PD_CHECK(codes.is_cpu() && codes.shape().size() == 2, "codes must be a 2-D tensor on the CPU");
     PD_CHECK(format >= kFp16 && format <= kBinary, "unknown format ", format);
     rows_ = codes.shape()[0];
@@ -148,10 +232,9 @@ class PackedTable {
                  params.shape()[0] == rows_ && params.shape()[1] == params_per_row_,
              "row parameters must be float16 [rows, ", params_per_row_, "]");
     codes_ = codes.data<int8_t>();
-    static const bool avx2 = __builtin_cpu_supports("avx2");
-    int8_row_ = avx2 ? Int8RowAvx2 : Int8RowPortable;
+    code_row_ = CodeRowDecoder(format);
     row_bytes_ = codes.shape()[1];
-    params_ = params.data<paddle::float16>();
+    params_ = reinterpret_cast<const uint16_t*>(params.data<paddle::float16>());
     byte_table_ = CachedByteTable(format);
   }
 
@@ -172,28 +255,17 @@ class PackedTable {
       convert_(half_ + id * dim_, row, dim_);
       return;
     }
-    const int8_t* src = codes_ + id * row_bytes_;
-    const float scale = static_cast<float>(params_[id * params_per_row_]);
-    const float bias = params_per_row_ == 2 ? static_cast<float>(params_[id * 2 + 1]) : 0.0f;
-    switch (format_) {
-      case kInt8:  // code * scale + (bias + 128 scale), as codecs.decode folds the offset
-        return int8_row_(src, scale, bias + 128.0f * scale, dim_, row);
-      case kInt4: return DecodeSubByteRow<2, false>(src, byte_table_, scale, bias, dim_, row);
-      case kInt2: return DecodeSubByteRow<4, false>(src, byte_table_, scale, bias, dim_, row);
-      case kTernary: return DecodeSubByteRow<5, true>(src, byte_table_, scale, bias, dim_, row);
-      default: return DecodeSubByteRow<8, true>(src, byte_table_, scale, bias, dim_, row);
-    }
+    code_row_(codes_ + id * row_bytes_, params_ + id * params_per_row_, byte_table_, dim_, row);
   }
 
  private:
-  int format_;
   int64_t dim_, rows_ = 0, row_bytes_ = 0;
   int params_per_row_ = 0;
   const uint16_t* half_ = nullptr;
   void (*convert_)(const uint16_t*, float*, int64_t) = nullptr;
-  void (*int8_row_)(const int8_t*, float, float, int64_t, float*) = nullptr;
+  CodeRowFn code_row_ = nullptr;
   const int8_t* codes_ = nullptr;
-  const paddle::float16* params_ = nullptr;
+  const uint16_t* params_ = nullptr;
   const float* byte_table_ = nullptr;
 };
 

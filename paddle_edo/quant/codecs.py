@@ -25,17 +25,24 @@ def float_spacing(x: paddle.Tensor, dtype: str) -> paddle.Tensor:
     return paddle.ldexp(paddle.ones_like(x), (exponent - precision).astype("int32"))
 
 
-def round_to_float(x: paddle.Tensor, dtype: str, stochastic: bool = False) -> paddle.Tensor:
+def uniform_noise(x: paddle.Tensor, noise: paddle.Tensor | None) -> paddle.Tensor:
+    """Stochastic rounding's uniform [0, 1) draws for x: the given ones, or paddle.rand's."""
+    return paddle.rand(x.shape, dtype="float32") if noise is None else noise
+
+
+def round_to_float(x: paddle.Tensor, dtype: str, stochastic: bool = False, noise: paddle.Tensor | None = None
+                   ) -> paddle.Tensor:
     """fp32 values rounded to ``dtype`` and returned in it: to nearest, or stochastically (unbiased,
-    E[result] = x). Paddle 2.6's own fp32 -> fp16/bf16 cast on CPU truncates toward zero, so the
-    rounding is done here on the grid of ``dtype`` and the cast only ever sees representable values."""
+    E[result] = x; ``noise``: the uniform [0, 1) draws, shaped like x, default paddle.rand's). Paddle
+    2.6's own fp32 -> fp16/bf16 cast on CPU truncates toward zero, so the rounding is done here on the
+    grid of ``dtype`` and the cast only ever sees representable values."""
     limit = FLOAT_MAX[dtype]
     x = paddle.clip(x, -limit, limit)
     spacing = float_spacing(x, dtype)
     scaled = x / spacing
     if stochastic:
         low = paddle.floor(scaled)
-        grid = low + (paddle.rand(x.shape, dtype="float32") < scaled - low).astype("float32")
+        grid = low + (uniform_noise(x, noise) < scaled - low).astype("float32")
     else:
         grid = round_half_away(scaled)
     return paddle.clip(grid * spacing, -limit, limit).astype(dtype)
@@ -118,8 +125,8 @@ def search_range(rows: paddle.Tensor, fmt: QuantFormat, iterations: int) -> padd
     return paddle.concat([best_scale, best_bias], axis=1).astype("float32")
 
 
-def row_digits(rows: paddle.Tensor, fmt: QuantFormat, stochastic: bool = False, ranges: paddle.Tensor | None = None
-               ) -> tuple[paddle.Tensor, paddle.Tensor]:
+def row_digits(rows: paddle.Tensor, fmt: QuantFormat, stochastic: bool = False, ranges: paddle.Tensor | None = None,
+               noise: paddle.Tensor | None = None) -> tuple[paddle.Tensor, paddle.Tensor]:
     """Quantize fp32 rows [R, D] to digits in [0, base) (int32) and fp16-exact row parameters [R, P] (fp32).
 
     intN: each row's (scale, bias) is ``ranges`` [R, 2] when given (search_range's), else its min-max
@@ -143,7 +150,7 @@ def row_digits(rows: paddle.Tensor, fmt: QuantFormat, stochastic: bool = False, 
     safe = paddle.where(scale > 0, scale, paddle.ones_like(scale))
     position = (rows - bias) / safe
     if stochastic:
-        position = paddle.floor(position + paddle.rand(position.shape, dtype="float32"))
+        position = paddle.floor(position + uniform_noise(position, noise))
     else:
         position = round_half_away(position)
     digits = paddle.clip(position, 0.0, levels).astype("int32")
@@ -162,13 +169,14 @@ def pack(digits: paddle.Tensor, fmt: QuantFormat) -> paddle.Tensor:
     return (packed - 128).astype("int8")
 
 
-def encode(rows: paddle.Tensor, fmt: QuantFormat, stochastic: bool = False, ranges: paddle.Tensor | None = None
-           ) -> tuple[paddle.Tensor, paddle.Tensor | None]:
+def encode(rows: paddle.Tensor, fmt: QuantFormat, stochastic: bool = False, ranges: paddle.Tensor | None = None,
+           noise: paddle.Tensor | None = None) -> tuple[paddle.Tensor, paddle.Tensor | None]:
     """fp32 rows -> (codes, row parameters as fp16); float formats return (table in that dtype, None).
-    ``ranges``: intN rows' (scale, bias) [R, 2] (search_range's); default: each row's min-max range."""
+    ``ranges``: intN rows' (scale, bias) [R, 2] (search_range's); default: each row's min-max range.
+    ``noise``: stochastic rounding's uniform [0, 1) draws, shaped like rows (default: paddle.rand's)."""
     if fmt.is_float:
-        return round_to_float(rows, fmt.float_dtype, stochastic), None
-    digits, params = row_digits(rows, fmt, stochastic, ranges)
+        return round_to_float(rows, fmt.float_dtype, stochastic, noise), None
+    digits, params = row_digits(rows, fmt, stochastic, ranges, noise)
     return pack(digits, fmt), params.astype("float16")
 
 

@@ -28,7 +28,7 @@ def packed_table(dtype, rows, dim, padding_idx=0, seed=0):
     return QuantizedEmbedding.from_embedding(dense, dtype)
 
 
-@pytest.mark.parametrize("dim", [64, 7, 1])
+@pytest.mark.parametrize("dim", [64, 37, 13, 7, 1])  # eight-lane decoders, their tails, and tails alone
 @pytest.mark.parametrize("dtype", list(FORMATS))
 def test_fused_decode_equals_the_composite_decode_bit_for_bit(monkeypatch, dtype, dim):
     assert kernels.fused_ops() is not None  # built by `make test`
@@ -61,22 +61,56 @@ def test_every_lookup_of_a_packed_table_on_the_cpu_takes_the_kernel(monkeypatch)
     assert len(calls) == 2
 
 
-def test_low_precision_training_decodes_its_rows_with_the_kernel_and_trains_the_same(monkeypatch):
+@pytest.mark.parametrize("dtype", ["int8", "fp16", "bf16"])
+@pytest.mark.parametrize("optimizer", ["adagrad", "sgd"])
+@pytest.mark.parametrize("lookups", [1, 2])  # one lookup reuses its decoded rows; two merge their gradients
+def test_low_precision_training_takes_the_kernels_and_trains_the_same_bits(monkeypatch, dtype, optimizer, lookups):
+    import paddle_edo.nn.quantized as quantized
+
     def run(kernel):
+        writes = []
+
+        def counted():
+            ops = kernels.fused_ops()
+            if ops is None:
+                return None
+            class Counting:
+                def __getattr__(self, name):
+                    writes.append(name)
+                    return getattr(ops, name)
+            return Counting()
         with monkeypatch.context() as patch:
             if not kernel:
                 patch.setitem(kernels._loaded, kernels.NAME, None)
+            patch.setattr(quantized, "fused_ops", counted)
             paddle.seed(3)
-            table = QuantizedEmbedding(500, 8, "int8", mode="low_precision", padding_idx=0, init_std=0.2)
-            table.configure_row_optimizer("adagrad")
+            table = QuantizedEmbedding(500, 13, dtype, mode="low_precision", padding_idx=0, init_std=0.2)
+            table.configure_row_optimizer(optimizer)
             for step in range(3):
-                ids = paddle.to_tensor(np.random.default_rng(step).integers(0, 500, (64, 4)))
-                (table(ids) ** 2).sum().backward()
+                rng = np.random.default_rng(step)
+                loss = sum((table(paddle.to_tensor(rng.integers(0, 500, (300, 4)))) ** 2).sum() for _ in range(lookups))
+                loss.backward()
                 paddle.seed(100 + step)
                 table.apply_row_updates(0.1)
-            return table.codes.numpy(), table.row_params.numpy()
-    for with_kernel, without in zip(run(True), run(False)):
+            state = table.row_sum_sq.numpy() if optimizer == "adagrad" else np.zeros(1)
+            stored = [table.codes.numpy().view(np.uint16 if dtype != "int8" else np.int8), state]
+            return [*stored, *([] if table.row_params is None else [table.row_params.numpy()])], writes
+    fused, fused_calls = run(True)
+    composite_, composite_calls = run(False)
+    assert "edo_write_rows" in fused_calls and "edo_quantized_lookup" in fused_calls and not composite_calls
+    for with_kernel, without in zip(fused, composite_):
         np.testing.assert_array_equal(with_kernel, without)
+
+
+def test_the_row_write_kernel_refuses_bad_ids_before_writing():
+    table = QuantizedEmbedding(20, 4, "int8", mode="low_precision")
+    before = table.codes.numpy().copy()
+    rows = paddle.zeros([2, 4])
+    for ids, message in (([3, 20], "outside"), ([5, 5], "distinct and increasing"), ([-1, 2], "outside")):
+        with pytest.raises(Exception, match=message):
+            kernels.fused_ops().edo_write_rows(table.codes, table.row_params, paddle.to_tensor(ids, dtype="int64"),
+                                               rows, paddle.zeros([2, 4]), 2)
+    np.testing.assert_array_equal(table.codes.numpy(), before)
 
 
 def test_the_kernel_refuses_ids_outside_the_table_before_reading_them():
