@@ -3,13 +3,14 @@
 PYTHON ?= python3
 VENV ?= .venv
 VENV3 ?= .venv-paddle3
+VENV_PEERS ?= .venv-peers
 PY := $(VENV)/bin/python
 PY3 := $(VENV3)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt setup.py | cksum | cut -d' ' -f1)
 STAMP3 := $(VENV3)/.installed-$(shell cat requirements-paddle3.txt setup.py | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-paddle3 data kernels demo test test-paddle26 test-paddle3 clean
+.PHONY: setup setup-paddle3 setup-peers data kernels demo test test-paddle26 test-paddle3 clean
 
 $(STAMP): requirements.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +37,11 @@ setup: $(STAMP)
 
 setup-paddle3: $(STAMP3)
 
+# torch and FBGEMM for the peer columns of `tools/bench.py lookups` (benchmarks only)
+setup-peers:
+	$(PYTHON) -m venv $(VENV_PEERS)
+	$(VENV_PEERS)/bin/python -m pip install --disable-pip-version-check -q -r requirements-peers.txt
+
 data: $(STAMP)
 	$(PY) tools/get_data.py movielens
 	$(PY) tools/get_data.py chnsenti
@@ -56,4 +62,4 @@ test-paddle3: data $(STAMP3)
 	$(PY3) -m pytest -q $(PYTEST_ARGS) tests
 
 clean:
-	rm -rf $(VENV) $(VENV3) output .pytest_cache
+	rm -rf $(VENV) $(VENV3) $(VENV_PEERS) output .pytest_cache

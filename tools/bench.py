@@ -461,7 +461,7 @@ def run_lookups(args: argparse.Namespace, out: Path) -> int:
     """Per-id and pooled lookups of every format, bags and their training steps."""
     from tools import bench_lookups
 
-    results, training, bandwidth = bench_lookups.main_lookups(args.rows, args.repeats, args.threads)
+    results, training, bandwidth = bench_lookups.main_lookups(args.rows, args.repeats, args.threads, args.peers)
     for result in results:
         result["settings"].update(threads=args.threads, malloc=MALLOC)
     (out / "lookups.json").write_text(json.dumps({"copy_gb_per_s": bandwidth, "results": results,
@@ -703,6 +703,10 @@ def main(argv: list[str] | None = None) -> int:
     lookups.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 4_000_000])
     lookups.add_argument("--repeats", type=int, default=11)
     lookups.add_argument("--threads", type=int, default=2)
+    lookups.add_argument("--peers", default=str(ROOT / ".venv-peers" / "bin" / "python") if (
+        ROOT / ".venv-peers" / "bin" / "python").exists() else None,
+                         help="a Python with torch and fbgemm-gpu-cpu for the peer columns (`make setup-peers`: "
+                              ".venv-peers, taken when there); none: no peers")
     lookups.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     to_static = sub.add_parser("to_static", help="training examples/s with train.to_static beside dynamic graph")
     to_static.add_argument("--repeats", type=int, default=3)

@@ -5,8 +5,11 @@ round-robin. GB/s counts the table bytes a lookup reads and the fp32 bytes it wr
 """
 from __future__ import annotations
 
+import json
+import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import paddle
@@ -17,6 +20,8 @@ from paddle_edo.nn import DenseEmbedding, EmbeddingBag, QuantizedEmbedding
 from paddle_edo.quant import FORMATS
 
 BAG_LENGTHS = (1, 5, 20)
+BAG_FORMATS = ("fp32", "int8", "int4")
+STATIC_FORMATS = ("fp32", "int8", "int4")  # to_static of these beside nn.Embedding's
 
 
 def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
@@ -38,6 +43,17 @@ def ids_for(rows: int, shape: tuple[int, ...], distribution: str, seed: int = 0)
     return rng.integers(0, rows, shape).astype(np.int64)
 
 
+def to_static_times(layers: dict[str, paddle.nn.Layer], ids: paddle.Tensor, repeats: int) -> dict[str, float]:
+    """Milliseconds of each layer under ``paddle.jit.to_static`` as users call it (its default mode), no
+    gradient."""
+    compiled = {}
+    for name, layer in layers.items():
+        layer.eval()
+        compiled[name] = paddle.jit.to_static(Lookups(layer))
+    with paddle.no_grad():
+        return side_by_side({name: (lambda m=model: m([ids])) for name, model in compiled.items()}, repeats)
+
+
 def inference_lookup_times(layers: dict[str, paddle.nn.Layer], ids: np.ndarray, repeats: int, threads: int
                            ) -> dict[str, dict[str, float]]:
     """Milliseconds of a Paddle Inference predictor (CPU, input copied in, output copied out) over each
@@ -57,6 +73,20 @@ def inference_lookup_times(layers: dict[str, paddle.nn.Layer], ids: np.ndarray, 
             for mode, fused in (("inference, composite", False), ("inference, fused", True))}
 
 
+def peer_times(python: str, weight: np.ndarray, ids: np.ndarray, bag_ids: dict[int, np.ndarray], repeats: int,
+               threads: int) -> dict[str, float]:
+    """Milliseconds of torch's and FBGEMM's lookups and bags over the same table and ids, measured by
+    tools/bench_peers.py under ``python`` (an interpreter with torch and fbgemm-gpu-cpu) in this run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        np.save(f"{tmp}/weight.npy", weight)
+        np.save(f"{tmp}/ids.npy", ids)
+        for length, bags in bag_ids.items():
+            np.save(f"{tmp}/bags_L{length}.npy", bags)
+        subprocess.run([python, str(Path(__file__).with_name("bench_peers.py")), tmp, "--repeats", str(repeats),
+                        "--threads", str(threads)], check=True)
+        return json.loads(Path(f"{tmp}/peers.json").read_text())["ms"]
+
+
 class Lookups(paddle.nn.Layer):
     """A lookup layer as a model that takes one ids input (for export)."""
 
@@ -69,10 +99,12 @@ class Lookups(paddle.nn.Layer):
 
 
 def lookups_benchmark(rows: int, dim: int, batch: int, fields: int, distribution: str, repeats: int,
-                      inference: bool, threads: int) -> dict:
-    """One table size and id distribution: per-id lookups of every format (and, with ``inference``, in
-    Paddle Inference: composite and fused exports), bags of L ids (sum and mean) against a lookup then a
-    sum, and a training step with bags against a lookup-then-sum step."""
+                      inference: bool, threads: int, peers: str | None = None) -> dict:
+    """One table size and id distribution: per-id lookups of every format in dynamic graph, under
+    to_static and (with ``inference``) in Paddle Inference (composite and fused exports); a bag of L ids
+    for each of the batch x fields slots (sum and mean; FBGEMM's and TorchRec's layout) against a lookup
+    then a sum, and against torch / FBGEMM run by the ``peers`` Python; a training step with bags
+    against a lookup-then-sum step."""
     paddle.seed(0)
     baseline = paddle.nn.Embedding(rows, dim, sparse=True)
     dense = DenseEmbedding(rows, dim, init_std=0.0)
@@ -86,43 +118,55 @@ def lookups_benchmark(rows: int, dim: int, batch: int, fields: int, distribution
     candidates = {"paddle.nn.Embedding fp32": lambda: baseline(ids),
                   "numpy take fp32": lambda: np.take(weight, ids_np, 0)}
     candidates.update({f"paddle_edo {name}": (lambda t=table: t(ids)) for name, table in tables.items()})
-    read = {"paddle.nn.Embedding fp32": 4 * dim, "numpy take fp32": 4 * dim,
-            **{f"paddle_edo {n}": (4 * dim if n == "fp32" else t.format.row_bytes(dim)) for n, t in tables.items()}}
-    bag_batch = batch * fields // max(BAG_LENGTHS)  # about as many ids as a per-id batch
-    for length in BAG_LENGTHS:
-        bag_ids = paddle.to_tensor(ids_for(rows, (bag_batch, length), distribution, seed=length))
-        candidates[f"lookup then sum, L={length}"] = lambda b=bag_ids: baseline(b).sum(axis=1)
-        read[f"lookup then sum, L={length}"] = 4 * dim
-        for mode in ("sum", "mean"):
-            for name in ("fp32", "int8"):
-                bag = EmbeddingBag(rows, dim, mode, table=tables[name])
-                candidates[f"bag {name} {mode}, L={length}"] = lambda b=bag, i=bag_ids: b(i)
-                read[f"bag {name} {mode}, L={length}"] = read[f"paddle_edo {name}"]
     with paddle.no_grad():
         ms = side_by_side(candidates, repeats=repeats)
-    gb_per_s = {}
-    for name, value in ms.items():
-        if name.startswith("inference"):
-            continue
-        pooled = name.startswith(("bag", "lookup then"))
-        lookups = bag_batch * int(name.split("L=")[1]) if pooled else batch * fields
-        outputs = lookups if not name.startswith("bag") else bag_batch
-        gb_per_s[name] = (lookups * read[name] + outputs * 4 * dim) / (value / 1e3) / 1e9
+    static = to_static_times({"paddle.nn.Embedding fp32": baseline, **{f"paddle_edo {n}": tables[n]
+                                                                       for n in STATIC_FORMATS}}, ids, repeats)
+    ms.update({f"to_static {name}": value for name, value in static.items()})
+    bag_ids = {length: ids_for(rows, (batch * fields, length), distribution, seed=length) for length in BAG_LENGTHS}
+    bags = {f"{name} {mode}": EmbeddingBag(rows, dim, mode, table=tables[name])
+            for name in BAG_FORMATS for mode in ("sum", "mean")}
+    bag_ms = {}
+    for length, lengths_ids in bag_ids.items():
+        bag_input = paddle.to_tensor(lengths_ids)
+        pooled = {f"lookup then sum, L={length}": lambda b=bag_input: baseline(b).sum(axis=1),
+                  **{f"bag {name}, L={length}": (lambda bag=bag, b=bag_input: bag(b)) for name, bag in bags.items()}}
+        with paddle.no_grad():
+            bag_ms.update(side_by_side(pooled, repeats=repeats))
+    served_bags = {f"bag {name}": bags[f"{name} sum"] for name in ("fp32", "int8")}
+    long_bags = paddle.to_tensor(bag_ids[max(BAG_LENGTHS)])
+    for name, value in to_static_times(served_bags, long_bags, repeats).items():
+        bag_ms[f"to_static {name} sum, L={max(BAG_LENGTHS)}"] = value
     if inference:
         served = inference_lookup_times({"fp32": baseline, **{n: t for n, t in tables.items() if n != "fp32"}},
                                         ids_np, repeats, threads)
         for mode, times in served.items():
             for name, value in times.items():
                 ms[f"{mode} {name}"] = value
-    steps = training_steps(rows, dim, bag_batch, distribution, repeats)
-    return {"settings": {"rows": rows, "dim": dim, "ids": [batch, fields], "bags": [bag_batch, list(BAG_LENGTHS)],
+        for mode, times in inference_lookup_times(served_bags, bag_ids[max(BAG_LENGTHS)], repeats, threads).items():
+            for name, value in times.items():
+                bag_ms[f"{mode} {name} sum, L={max(BAG_LENGTHS)}"] = value
+    peer_ms = peer_times(peers, weight, ids_np, bag_ids, repeats, threads) if peers else {}
+    bag_ms.update({name: value for name, value in peer_ms.items() if "L=" in name})
+    ms.update({name: value for name, value in peer_ms.items() if "L=" not in name})
+    def row_bytes(name: str) -> int:  # the bytes of a row each candidate reads: its format's
+        return next((tables[f].format.row_bytes(dim) for f in FORMATS if f" {f} " in f" {name} "), 4 * dim)
+    gb_per_s = {name: batch * fields * (row_bytes(name) + 4 * dim) / (value / 1e3) / 1e9
+                for name, value in ms.items() if not name.startswith("inference")}
+    for name, value in bag_ms.items():
+        length = int(name.split("L=")[1])
+        outputs = batch * fields * (length if name.startswith("lookup then") else 1)
+        gb_per_s[name] = (batch * fields * length * row_bytes(name) + outputs * 4 * dim) / (value / 1e3) / 1e9
+    steps = training_steps(rows, dim, batch * fields, distribution, repeats)
+    return {"settings": {"rows": rows, "dim": dim, "ids": [batch, fields], "bags": [batch * fields, list(BAG_LENGTHS)],
                          "distribution": distribution if distribution == "uniform" else "zipf(1.05)",
                          "repeats": repeats},
-            "ms": ms, "gb_per_s": gb_per_s,
+            "ms": ms, "bag_ms": bag_ms, "gb_per_s": gb_per_s,
             "speed_vs_fp32": {n: (ms["inference, composite fp32"] if n.startswith("inference") else
-                                  ms["paddle.nn.Embedding fp32"]) / v for n, v in ms.items() if "L=" not in n},
-            "bag_speed_vs_lookup_then_sum": {n: ms[f"lookup then sum, L={n.split('L=')[1]}"] / v
-                                             for n, v in ms.items() if n.startswith("bag")},
+                                  ms["to_static paddle.nn.Embedding fp32"] if n.startswith("to_static") else
+                                  ms["paddle.nn.Embedding fp32"]) / v for n, v in ms.items()},
+            "bag_speed_vs_lookup_then_sum": {n: bag_ms[f"lookup then sum, L={n.split('L=')[1]}"] / v
+                                             for n, v in bag_ms.items()},
             "training_step_ms": steps}
 
 
@@ -212,16 +256,18 @@ def markdown(results: list[dict], training: dict, bandwidth: float) -> str:
         lines += [f"### {s['rows']:,} x {s['dim']}, {s['distribution']} ids", "",
                   "| lookup | ms | vs nn.Embedding | GB/s |", "|---|---|---|---|"]
         for name, value in result["ms"].items():
-            if "L=" in name:
-                continue
             speed = result["speed_vs_fp32"][name]
             lines.append(f"| {name} | {value:.2f} | {speed:.2f}x | {result['gb_per_s'].get(name, float('nan')):.1f} |")
-        lines += ["", "| bags | ms | vs lookup then sum | GB/s |", "|---|---|---|---|"]
-        for name, value in result["ms"].items():
-            if "L=" in name:
-                ratio = result["bag_speed_vs_lookup_then_sum"].get(name)
-                lines.append(f"| {name} | {value:.2f} | {'' if ratio is None else f'{ratio:.2f}x'} | "
-                             f"{result['gb_per_s'][name]:.1f} |")
+        bags = result["settings"]["bags"][0]
+        lines += ["", f"Bags: {bags:,} bags of L ids ({s['ids'][0]} x {s['ids'][1]}, one a slot); ratios to a lookup "
+                      f"then a sum and to torch's F.embedding_bag where it ran:", "",
+                  "| bags | ms | vs lookup then sum | vs torch | GB/s |", "|---|---|---|---|---|"]
+        for name, value in result["bag_ms"].items():
+            torch_ms = result["bag_ms"].get(f"torch F.embedding_bag fp32 {'mean' if ' mean' in name else 'sum'}, "
+                                            f"L={name.split('L=')[1]}")
+            versus_torch = f"{torch_ms / value:.2f}x" if torch_ms else ""
+            lines.append(f"| {name} | {value:.2f} | {result['bag_speed_vs_lookup_then_sum'][name]:.2f}x | "
+                         f"{versus_torch} | {result['gb_per_s'][name]:.1f} |")
         t = result["training_step_ms"]
         lines += ["", f"Training step, bags of 20 summed (forward + backward + lazy Adam): EmbeddingBag "
                       f"{t['EmbeddingBag step']:.2f} ms, lookup then sum {t['lookup then sum step']:.2f} ms "
@@ -230,9 +276,11 @@ def markdown(results: list[dict], training: dict, bandwidth: float) -> str:
     return "\n".join(lines)
 
 
-def main_lookups(rows_list: list[int], repeats: int, threads: int) -> tuple[list[dict], dict, float]:
+def main_lookups(rows_list: list[int], repeats: int, threads: int, peers: str | None = None
+                 ) -> tuple[list[dict], dict, float]:
     results = [lookups_benchmark(rows, 64, 4096, 26, distribution, repeats,
-                                 inference=rows == rows_list[0] and distribution == "zipf", threads=threads)
+                                 inference=rows == rows_list[0] and distribution == "zipf", threads=threads,
+                                 peers=peers)
                for rows in rows_list for distribution in ("zipf", "uniform")]
     return results, quantized_training_steps(rows_list[0], 64, 4096, 26, repeats), copy_bandwidth()
 

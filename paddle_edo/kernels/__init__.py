@@ -21,6 +21,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -28,6 +29,8 @@ from typing import Iterator
 
 import numpy as np
 import paddle
+
+from ..errors import EdoIndexError
 
 logger = logging.getLogger("paddle_edo")
 
@@ -137,6 +140,19 @@ def kernels_serve(ids: paddle.Tensor, table: paddle.Tensor) -> bool:
     if not paddle.in_dynamic_mode():
         return _static_fusion[0] and fused_ops() is not None
     return ids.place.is_cpu_place() and table.place.is_cpu_place() and fused_ops() is not None
+
+
+@contextlib.contextmanager
+def ids_checked_by_kernel(owner: str, num_embeddings: int) -> Iterator[None]:
+    """A kernel's refusal of an id outside its table (raised before any read, so a layer need not scan
+    its ids first) as the layer's own error: ``EdoIndexError`` naming the layer, the id and the range."""
+    try:
+        yield
+    except OSError as error:
+        found = re.search(r"(?:id|row) (-?\d+) is outside \[0, ", str(error))
+        if found is None:
+            raise
+        raise EdoIndexError(f"{owner}: id {found.group(1)} is out of range [0, {num_embeddings})") from None
 
 
 @paddle.jit.not_to_static

@@ -15,7 +15,7 @@ namespace {
 
 enum Mode { kSum = 0, kMean = 1, kMax = 2 };
 
-constexpr int64_t kPrefetchDistance = 8;
+constexpr int64_t kPrefetchDistance = 16;
 constexpr int64_t kParallelBags = 256;
 
 struct Bags {
@@ -128,6 +128,168 @@ void PoolBag(const Bags& bags, const Rows& source, int mode, int64_t b, float* s
   }
 }
 
+// Sums and means with AVX2, the bag's running sum held in registers: a chunk of up to 64 columns (eight
+// 8-lane accumulators) over every row of the bag, then the next chunk. A row source gives the 8 values
+// of a row at a column, decoded where the table is packed; the additions are the scalar loop's, row
+// after row (and w * row rounded before its addition), so the same bits.
+#define EDO_AVX2 __attribute__((target("avx2,f16c"), always_inline)) inline
+
+struct Fp32Lanes {
+  const float* rows;
+  int64_t dim;
+  struct Row {
+    const float* p;
+    EDO_AVX2 __m256 At(int64_t j) const { return _mm256_loadu_ps(p + j); }
+  };
+  EDO_AVX2 Row RowOf(int64_t r) const { return {rows + r * dim}; }
+  void PrefetchRow(int64_t r) const { Prefetch(rows + r * dim, 4 * dim); }
+};
+
+struct Fp16Lanes {
+  const PackedTable& table;
+  struct Row {
+    const uint16_t* p;
+    EDO_AVX2 __m256 At(int64_t j) const {
+      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j)));
+    }
+  };
+  EDO_AVX2 Row RowOf(int64_t r) const { return {table.half() + r * table.row_bytes() / 2}; }
+  void PrefetchRow(int64_t r) const { table.PrefetchRow(r); }
+};
+
+struct Bf16Lanes {  // the bf16 bits are the high half of the fp32 bits
+  const PackedTable& table;
+  struct Row {
+    const uint16_t* p;
+    EDO_AVX2 __m256 At(int64_t j) const {
+      const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j)));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+    }
+  };
+  EDO_AVX2 Row RowOf(int64_t r) const { return {table.half() + r * table.row_bytes() / 2}; }
+  void PrefetchRow(int64_t r) const { table.PrefetchRow(r); }
+};
+
+struct Int8Lanes {  // code * scale + (bias + 128 scale), as Int8RowAvx2
+  const PackedTable& table;
+  struct Row {
+    const int8_t* p;
+    __m256 scale, offset;
+    EDO_AVX2 __m256 At(int64_t j) const {
+      const __m256i codes = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + j)));
+      return _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(codes), scale), offset);
+    }
+  };
+  EDO_AVX2 Row RowOf(int64_t r) const {
+    const uint16_t* params = table.params() + 2 * r;
+    const float scale = _cvtsh_ss(params[0]);
+    return {table.codes() + r * table.row_bytes(), _mm256_set1_ps(scale),
+            _mm256_set1_ps(_cvtsh_ss(params[1]) + 128.0f * scale)};
+  }
+  void PrefetchRow(int64_t r) const { table.PrefetchRow(r); }
+};
+
+template <int kBits, bool kSymmetric>
+struct BitLanes {  // as BitCodesRowAvx2
+  const PackedTable& table;
+  struct Row {
+    const int8_t* p;
+    __m256 scale, bias;
+    EDO_AVX2 __m256 At(int64_t j) const {
+      constexpr uint32_t kToUnsigned = kBits == 4 ? 0x80808080u : kBits == 2 ? 0x8080u : 0x80u;
+      uint32_t word = 0;
+      std::memcpy(&word, p + j * kBits / 8, kBits);
+      const __m256i shifts = _mm256_setr_epi32(0, kBits, 2 * kBits, 3 * kBits, 4 * kBits, 5 * kBits, 6 * kBits,
+                                               7 * kBits);
+      const __m256i digits = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word ^ kToUnsigned), shifts),
+                                              _mm256_set1_epi32((1 << kBits) - 1));
+      const __m256i levels =
+          kBits == 1 ? _mm256_sub_epi32(_mm256_slli_epi32(digits, 1), _mm256_set1_epi32(1)) : digits;
+      const __m256 scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(levels), scale);
+      return kSymmetric ? scaled : _mm256_add_ps(scaled, bias);
+    }
+  };
+  EDO_AVX2 Row RowOf(int64_t r) const {
+    const uint16_t* params = table.params() + table.params_per_row() * r;
+    return {table.codes() + r * table.row_bytes(), _mm256_set1_ps(_cvtsh_ss(params[0])),
+            _mm256_set1_ps(kSymmetric ? 0.0f : _cvtsh_ss(params[1]))};
+  }
+  void PrefetchRow(int64_t r) const { table.PrefetchRow(r); }
+};
+
+// Columns [start, start + 8 kVectors) of bag b's sum (weighted where the bags have weights) into out.
+template <int kVectors, typename Source>
+__attribute__((target("avx2,f16c"))) void SumChunkAvx2(const Bags& bags, const Source& source, int64_t b,
+                                                       int64_t start, float* out) {
+  __m256 acc[kVectors];
+  for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_setzero_ps();
+  const int64_t end = bags.offsets[b + 1];
+  for (int64_t j = bags.offsets[b]; j < end; ++j) {
+    const int64_t ahead = j + kPrefetchDistance;
+    if (start == 0 && ahead < bags.num_entries && !bags.Skipped(ahead)) source.PrefetchRow(bags.index[ahead]);
+    if (bags.Skipped(j)) continue;
+    const auto row = source.RowOf(bags.index[j]);
+    if (bags.weights != nullptr) {
+      const __m256 w = _mm256_set1_ps(bags.weights[j]);
+      for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(w, row.At(start + 8 * v)));
+    } else {
+      for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_add_ps(acc[v], row.At(start + 8 * v));
+    }
+  }
+  for (int v = 0; v < kVectors; ++v) _mm256_storeu_ps(out + start + 8 * v, acc[v]);
+}
+
+template <typename Source>
+void SumBagAvx2(const Bags& bags, const Source& source, int mode, int64_t b, float* out) {
+  const int64_t dim = bags.dim;
+  float* acc = out + b * dim;
+  for (int64_t start = 0; start < dim; start += 64) {
+    switch (std::min<int64_t>(8, (dim - start) / 8)) {
+      case 1: SumChunkAvx2<1>(bags, source, b, start, acc); break;
+      case 2: SumChunkAvx2<2>(bags, source, b, start, acc); break;
+      case 3: SumChunkAvx2<3>(bags, source, b, start, acc); break;
+      case 4: SumChunkAvx2<4>(bags, source, b, start, acc); break;
+      case 5: SumChunkAvx2<5>(bags, source, b, start, acc); break;
+      case 6: SumChunkAvx2<6>(bags, source, b, start, acc); break;
+      case 7: SumChunkAvx2<7>(bags, source, b, start, acc); break;
+      default: SumChunkAvx2<8>(bags, source, b, start, acc); break;
+    }
+  }
+  int64_t count = 0;
+  for (int64_t j = bags.offsets[b]; j < bags.offsets[b + 1]; ++j) count += !bags.Skipped(j);
+  if (count == 0) {
+    std::fill(acc, acc + dim, 0.0f);  // an empty bag gives zeros in every mode (a weighted one too)
+  } else if (mode == kMean) {
+    const float n = static_cast<float>(count);
+    for (int64_t d = 0; d < dim; ++d) acc[d] /= n;
+  }
+}
+
+// Whether the register path pools these bags: sums and means, whole 8-lane rows, AVX2 and F16C.
+bool RegisterPathServes(int mode, int64_t dim) {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return avx2 && mode != kMax && dim % 8 == 0 && dim > 0;
+}
+
+template <typename Source>
+void SumBagsAvx2(const Bags& bags, const Source& source, int mode, float* out) {
+#pragma omp parallel for if (bags.num_bags > kParallelBags)
+  for (int64_t b = 0; b < bags.num_bags; ++b) SumBagAvx2(bags, source, mode, b, out);
+}
+
+// The register path over a packed table, where its format has 8-lane rows (not ternary); false if not.
+bool SumPackedBagsAvx2(const Bags& bags, const PackedTable& table, int mode, float* out) {
+  switch (table.format()) {
+    case kFp16: SumBagsAvx2(bags, Fp16Lanes{table}, mode, out); return true;
+    case kBf16: SumBagsAvx2(bags, Bf16Lanes{table}, mode, out); return true;
+    case kInt8: SumBagsAvx2(bags, Int8Lanes{table}, mode, out); return true;
+    case kInt4: SumBagsAvx2(bags, BitLanes<4, false>{table}, mode, out); return true;
+    case kInt2: SumBagsAvx2(bags, BitLanes<2, false>{table}, mode, out); return true;
+    case kBinary: SumBagsAvx2(bags, BitLanes<1, true>{table}, mode, out); return true;
+    default: return false;
+  }
+}
+
 }  // namespace
 
 // rows [R, D], index/ids [N], offsets [B + 1], weights [N] or [0] -> out [B, D] and, for max, the entry
@@ -146,6 +308,10 @@ std::vector<paddle::Tensor> BagPool(const paddle::Tensor& rows, const paddle::Te
   float* o = out.data<float>();
   int64_t* a = argmax.data<int64_t>();
   if (!max) a[0] = -1;
+  if (RegisterPathServes(mode, bags.dim)) {
+    SumBagsAvx2(bags, Fp32Lanes{source.rows, source.dim}, mode, o);
+    return {out, argmax};
+  }
 #pragma omp parallel for if (bags.num_bags > kParallelBags)
   for (int64_t b = 0; b < bags.num_bags; ++b) PoolBag(bags, source, mode, b, nullptr, o, a);
   return {out, argmax};
@@ -162,8 +328,9 @@ std::vector<paddle::Tensor> PackedBagPool(const paddle::Tensor& ids, const paddl
   const PackedRows source{table};
   const Bags bags = Check(table.rows(), dim, ids, ids, offsets, weights, has_padding, padding_idx);
   paddle::Tensor out = paddle::empty({bags.num_bags, dim}, paddle::DataType::FLOAT32, paddle::CPUPlace());
-  std::vector<int64_t> argmax(mode == kMax ? bags.num_bags * dim : 0);
   float* o = out.data<float>();
+  if (RegisterPathServes(mode, dim) && SumPackedBagsAvx2(bags, table, mode, o)) return {out};
+  std::vector<int64_t> argmax(mode == kMax ? bags.num_bags * dim : 0);
 #pragma omp parallel if (bags.num_bags > kParallelBags)
   {
     std::vector<float> scratch(dim);

@@ -130,6 +130,19 @@ __attribute__((target("avx2,f16c"))) void Int8RowAvx2(const int8_t* src, const u
   for (; j < dim; ++j) row[j] = static_cast<float>(src[j]) * scale + offset;
 }
 
+// The same, sixteen lanes at a time.
+__attribute__((target("avx512f,f16c"))) void Int8RowAvx512(const int8_t* src, const uint16_t* params, const float*,
+                                                           int64_t dim, float* row) {
+  const float scale = HalfF16C(params), offset = HalfF16C(params + 1) + 128.0f * scale;
+  const __m512 s = _mm512_set1_ps(scale), o = _mm512_set1_ps(offset);
+  int64_t j = 0;
+  for (; j + 16 <= dim; j += 16) {
+    const __m512i codes = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j)));
+    _mm512_storeu_ps(row + j, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(codes), s), o));
+  }
+  for (; j < dim; ++j) row[j] = static_cast<float>(src[j]) * scale + offset;
+}
+
 void Int8RowPortable(const int8_t* src, const uint16_t* params, const float*, int64_t dim, float* row) {
   const float scale = HalfPortable(params), offset = HalfPortable(params + 1) + 128.0f * scale;
   for (int64_t j = 0; j < dim; ++j) row[j] = static_cast<float>(src[j]) * scale + offset;
@@ -194,8 +207,9 @@ __attribute__((target("avx2,f16c"))) void TernaryRowAvx2(const int8_t* src, cons
 
 CodeRowFn CodeRowDecoder(int format) {
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
   switch (format) {
-    case kInt8: return avx2 ? Int8RowAvx2 : Int8RowPortable;
+    case kInt8: return avx512 ? Int8RowAvx512 : avx2 ? Int8RowAvx2 : Int8RowPortable;
     case kInt4: return avx2 ? BitCodesRowAvx2<4, false> : SubByteRowPortable<2, false>;
     case kInt2: return avx2 ? BitCodesRowAvx2<2, false> : SubByteRowPortable<4, false>;
     case kTernary: return avx2 ? TernaryRowAvx2 : SubByteRowPortable<5, true>;
@@ -208,7 +222,7 @@ CodeRowFn CodeRowDecoder(int format) {
 class PackedTable {
  public:
   PackedTable(const paddle::Tensor& codes, const paddle::Tensor& params, int format, int64_t dim)
-      : dim_(dim) {
+      : format_(format), dim_(dim) {
     PD_CHECK(codes.is_cpu() && codes.shape().size() == 2, "codes must be a 2-D tensor on the CPU");
     PD_CHECK(format >= kFp16 && format <= kBinary, "unknown format ", format);
     rows_ = codes.shape()[0];
@@ -239,6 +253,12 @@ class PackedTable {
   }
 
   int64_t rows() const { return rows_; }
+  int format() const { return format_; }
+  int64_t row_bytes() const { return row_bytes_; }
+  const uint16_t* half() const { return half_; }    // fp16 / bf16 tables
+  const int8_t* codes() const { return codes_; }    // code formats
+  const uint16_t* params() const { return params_; }
+  int params_per_row() const { return params_per_row_; }
 
   void PrefetchRow(int64_t id) const {
     if (half_ != nullptr) {
@@ -259,6 +279,7 @@ class PackedTable {
   }
 
  private:
+  int format_;
   int64_t dim_, rows_ = 0, row_bytes_ = 0;
   int params_per_row_ = 0;
   const uint16_t* half_ = nullptr;

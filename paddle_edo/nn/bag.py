@@ -17,7 +17,7 @@ import paddle
 
 from ..compat import dynamic_graph_under_sot
 from ..errors import EdoTypeError, EdoValueError
-from ..kernels import fused_ops, kernels_serve
+from ..kernels import fused_ops, ids_checked_by_kernel, kernels_serve
 from .base import ID_DTYPES, CompositeEmbedding, EmbeddingBase, dtype_name
 from .dedup import distinct_rows, unique_ids
 from .dense import DenseEmbedding, given_or_dense_table
@@ -112,8 +112,9 @@ def _native(table: DenseEmbedding | QuantizedEmbedding, ids: paddle.Tensor, offs
     pooling = (MODES.index(mode), padding_idx is not None, padding_idx if padding_idx is not None else 0)
     if isinstance(table, QuantizedEmbedding):
         params = table.codes if table.row_params is None else table.row_params  # float formats: unused
-        out = fused_ops().edo_packed_bag_pool(flat, table.codes, params, bounds, entry_weights,
-                                              FORMAT_NUMBERS[table.format.name], table.embedding_dim, *pooling)
+        with ids_checked_by_kernel(table.full_name(), table.num_embeddings):
+            out = fused_ops().edo_packed_bag_pool(flat, table.codes, params, bounds, entry_weights,
+                                                  FORMAT_NUMBERS[table.format.name], table.embedding_dim, *pooling)
     else:
         weight = table.weight
         if paddle.in_dynamic_mode() and paddle.is_grad_enabled() and not weight.stop_gradient and table.sparse:

@@ -144,8 +144,13 @@ class EmbeddingBase(paddle.nn.Layer):
     def check_ids(self, ids: paddle.Tensor) -> None:
         """Refuse float ids always, and ids out of [0, num_embeddings) when values are known."""
         self.check_id_dtype(ids)
-        if self.range_check and paddle.in_dynamic_mode() and 0 not in ids.shape:
+        if self.range_check and paddle.in_dynamic_mode() and 0 not in ids.shape and not self.kernel_checks_ids(ids):
             self.check_id_range(*paddle.stack([ids.min(), ids.max()]).tolist())  # one device-to-host copy
+
+    def kernel_checks_ids(self, ids: paddle.Tensor) -> bool:
+        """Whether a native kernel will look these ids up and refuse any outside the table itself, before
+        reading (``kernels.ids_checked_by_kernel`` names the layer): then no scan of the ids beforehand."""
+        return False
 
     def check_id_dtype(self, ids: paddle.Tensor) -> None:
         if ids.dtype not in ID_DTYPES:

@@ -9,7 +9,7 @@ import paddle.nn.functional as F
 
 from ..compat import sparse_gradient
 from ..errors import EdoRuntimeError, EdoValueError
-from ..kernels import fused_ops, kernels_serve
+from ..kernels import fused_ops, ids_checked_by_kernel, kernels_serve
 from ..quant import codecs
 from ..quant.formats import FORMATS, QuantFormat, get_format
 from ..runtime import release_freed_memory
@@ -195,8 +195,10 @@ class QuantizedEmbedding(EmbeddingBase):
         serve (the same values, bit for bit), else by Paddle's composite ops."""
         if kernels_serve(ids, self.codes):
             params = self.codes if self.row_params is None else self.row_params  # float formats: unused
-            return fused_ops().edo_quantized_lookup(ids.astype("int64"), self.codes, params,
-                                                    FORMAT_NUMBERS[self.format.name], self.embedding_dim, False, 0)
+            with ids_checked_by_kernel(self.full_name(), self.num_embeddings):
+                rows = fused_ops().edo_quantized_lookup(ids.astype("int64"), self.codes, params,
+                                                        FORMAT_NUMBERS[self.format.name], self.embedding_dim, False, 0)
+            return rows
         codes = F.embedding(ids, self.codes)
         params = None if self.row_params is None else F.embedding(ids, self.row_params)
         return codecs.decode(codes, params, self.format, self.embedding_dim)
@@ -216,6 +218,12 @@ class QuantizedEmbedding(EmbeddingBase):
             if paddle.is_grad_enabled():
                 return self._lookup_for_update(ids)
         return self.decode_rows(ids)
+
+    def kernel_checks_ids(self, ids: paddle.Tensor) -> bool:
+        """A packed table's lookups outside low_precision training take the gather-decode kernel, which
+        refuses ids outside the table before reading them."""
+        return self.packed and not (self.mode == "low_precision" and self.training and paddle.is_grad_enabled()) \
+            and kernels_serve(ids, self.codes)
 
     @paddle.jit.not_to_static  # to_static evaluates this condition even for packed tables, which have no weight
     def deduplicates(self) -> bool:

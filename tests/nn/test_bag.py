@@ -9,6 +9,7 @@ from paddle_edo.errors import EdoValueError
 from paddle_edo.export import Predictor
 from paddle_edo.nn import (CachedEmbedding, DenseEmbedding, EmbeddingBag, HashEmbedding, MixedDimEmbedding,
                            QREmbedding, QuantizedEmbedding, bind_optimizer, pooled_lookup)
+from paddle_edo.quant import FORMATS
 
 N, D = 120, 6
 
@@ -216,13 +217,14 @@ def test_bad_input_is_refused_naming_the_layer_and_the_value(path):
         bag(paddle.to_tensor([[1.0, 2.0]]))
 
 
-@pytest.mark.parametrize("table", ["fp32", "int4", "bf16"])
+@pytest.mark.parametrize("dim", [D, 16, 72])  # the scalar loop; sums in registers: one chunk, a chunk and a part
+@pytest.mark.parametrize("table", ["fp32", *FORMATS])
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
-def test_the_kernels_and_the_composite_ops_pool_the_same_bits(monkeypatch, table, mode):
+def test_the_kernels_and_the_composite_ops_pool_the_same_bits(monkeypatch, table, mode, dim):
     # both add a bag's rows one after another and divide a mean once: bit for bit, weights too
     paddle.seed(9)
-    dense = DenseEmbedding(N, D, init_std=0.5)
-    bag = EmbeddingBag(N, D, mode, padding_idx=0,
+    dense = DenseEmbedding(N, dim, init_std=0.5)
+    bag = EmbeddingBag(N, dim, mode, padding_idx=0,
                        table=dense if table == "fp32" else QuantizedEmbedding.from_embedding(dense, table))
     ids = padded_ids(11, bags=300, length=7)
     weights = paddle.to_tensor(np.random.default_rng(1).random(ids.shape).astype(np.float32)) if mode == "sum" else None
