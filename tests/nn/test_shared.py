@@ -294,8 +294,13 @@ def test_fused_lookups_equal_the_composite_ops(make, monkeypatch):
         fused = layer(paddle.to_tensor(ids)).numpy()
         static = paddle.jit.to_static(layer, full_graph=True)(paddle.to_tensor(ids)).numpy()
     assert len(calls) == 1
-    np.testing.assert_array_equal(fused, training.numpy())
-    np.testing.assert_array_equal(fused, static)
+    if isinstance(layer, MixedDimEmbedding):  # its projections are BLAS matmuls: their summation order
+        # depends on the processor's kernel (AVX-512 FMA on some machines), the fused kernel's does not
+        np.testing.assert_allclose(fused, training.numpy(), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(fused, static, rtol=1e-6, atol=1e-7)
+    else:
+        np.testing.assert_array_equal(fused, training.numpy())
+        np.testing.assert_array_equal(fused, static)
     if layer.padding_idx is not None:
         assert not fused[ids == layer.padding_idx].any()
     packed = make()
