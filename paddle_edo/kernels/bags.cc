@@ -131,10 +131,9 @@ void PoolBag(const Bags& bags, const Rows& source, int mode, int64_t b, float* s
 // Sums and means with AVX2, the bag's running sum held in registers: a chunk of up to 64 columns (eight
 // 8-lane accumulators) over every row of the bag, then the next chunk. A row source gives the 8 values
 // of a row at a column, decoded where the table is packed; the additions are the scalar loop's, row
-// after row (and w * row rounded before its addition), so the same bits.
-#define EDO_AVX2 __attribute__((target("avx2,f16c"), always_inline)) inline
-
-struct Fp32Lanes {
+// after row (and w * row rounded before its addition), so the same bits. Code rows come as
+// packed_rows.h's Int8Lanes / BitLanes, the very lanes its row decoders store.
+struct Fp32LaneSource {
   const float* rows;
   int64_t dim;
   struct Row {
@@ -145,7 +144,7 @@ struct Fp32Lanes {
   void PrefetchRow(int64_t r) const { Prefetch(rows + r * dim, 4 * dim); }
 };
 
-struct Fp16Lanes {
+struct Fp16LaneSource {
   const PackedTable& table;
   struct Row {
     const uint16_t* p;
@@ -157,7 +156,7 @@ struct Fp16Lanes {
   void PrefetchRow(int64_t r) const { table.PrefetchRow(r); }
 };
 
-struct Bf16Lanes {  // the bf16 bits are the high half of the fp32 bits
+struct Bf16LaneSource {  // the bf16 bits are the high half of the fp32 bits
   const PackedTable& table;
   struct Row {
     const uint16_t* p;
@@ -170,49 +169,20 @@ struct Bf16Lanes {  // the bf16 bits are the high half of the fp32 bits
   void PrefetchRow(int64_t r) const { table.PrefetchRow(r); }
 };
 
-struct Int8Lanes {  // code * scale + (bias + 128 scale), as Int8RowAvx2
+struct Int8LaneSource {
   const PackedTable& table;
-  struct Row {
-    const int8_t* p;
-    __m256 scale, offset;
-    EDO_AVX2 __m256 At(int64_t j) const {
-      const __m256i codes = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + j)));
-      return _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(codes), scale), offset);
-    }
-  };
-  EDO_AVX2 Row RowOf(int64_t r) const {
-    const uint16_t* params = table.params() + 2 * r;
-    const float scale = _cvtsh_ss(params[0]);
-    return {table.codes() + r * table.row_bytes(), _mm256_set1_ps(scale),
-            _mm256_set1_ps(_cvtsh_ss(params[1]) + 128.0f * scale)};
+  EDO_AVX2 Int8Lanes RowOf(int64_t r) const {
+    return Int8Lanes::Of(table.codes() + r * table.row_bytes(), table.params() + 2 * r);
   }
   void PrefetchRow(int64_t r) const { table.PrefetchRow(r); }
 };
 
 template <int kBits, bool kSymmetric>
-struct BitLanes {  // as BitCodesRowAvx2
+struct BitLaneSource {
   const PackedTable& table;
-  struct Row {
-    const int8_t* p;
-    __m256 scale, bias;
-    EDO_AVX2 __m256 At(int64_t j) const {
-      constexpr uint32_t kToUnsigned = kBits == 4 ? 0x80808080u : kBits == 2 ? 0x8080u : 0x80u;
-      uint32_t word = 0;
-      std::memcpy(&word, p + j * kBits / 8, kBits);
-      const __m256i shifts = _mm256_setr_epi32(0, kBits, 2 * kBits, 3 * kBits, 4 * kBits, 5 * kBits, 6 * kBits,
-                                               7 * kBits);
-      const __m256i digits = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word ^ kToUnsigned), shifts),
-                                              _mm256_set1_epi32((1 << kBits) - 1));
-      const __m256i levels =
-          kBits == 1 ? _mm256_sub_epi32(_mm256_slli_epi32(digits, 1), _mm256_set1_epi32(1)) : digits;
-      const __m256 scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(levels), scale);
-      return kSymmetric ? scaled : _mm256_add_ps(scaled, bias);
-    }
-  };
-  EDO_AVX2 Row RowOf(int64_t r) const {
-    const uint16_t* params = table.params() + table.params_per_row() * r;
-    return {table.codes() + r * table.row_bytes(), _mm256_set1_ps(_cvtsh_ss(params[0])),
-            _mm256_set1_ps(kSymmetric ? 0.0f : _cvtsh_ss(params[1]))};
+  EDO_AVX2 BitLanes<kBits, kSymmetric> RowOf(int64_t r) const {
+    return BitLanes<kBits, kSymmetric>::Of(table.codes() + r * table.row_bytes(),
+                                           table.params() + table.params_per_row() * r);
   }
   void PrefetchRow(int64_t r) const { table.PrefetchRow(r); }
 };
@@ -280,12 +250,12 @@ void SumBagsAvx2(const Bags& bags, const Source& source, int mode, float* out) {
 // The register path over a packed table, where its format has 8-lane rows (not ternary); false if not.
 bool SumPackedBagsAvx2(const Bags& bags, const PackedTable& table, int mode, float* out) {
   switch (table.format()) {
-    case kFp16: SumBagsAvx2(bags, Fp16Lanes{table}, mode, out); return true;
-    case kBf16: SumBagsAvx2(bags, Bf16Lanes{table}, mode, out); return true;
-    case kInt8: SumBagsAvx2(bags, Int8Lanes{table}, mode, out); return true;
-    case kInt4: SumBagsAvx2(bags, BitLanes<4, false>{table}, mode, out); return true;
-    case kInt2: SumBagsAvx2(bags, BitLanes<2, false>{table}, mode, out); return true;
-    case kBinary: SumBagsAvx2(bags, BitLanes<1, true>{table}, mode, out); return true;
+    case kFp16: SumBagsAvx2(bags, Fp16LaneSource{table}, mode, out); return true;
+    case kBf16: SumBagsAvx2(bags, Bf16LaneSource{table}, mode, out); return true;
+    case kInt8: SumBagsAvx2(bags, Int8LaneSource{table}, mode, out); return true;
+    case kInt4: SumBagsAvx2(bags, BitLaneSource<4, false>{table}, mode, out); return true;
+    case kInt2: SumBagsAvx2(bags, BitLaneSource<2, false>{table}, mode, out); return true;
+    case kBinary: SumBagsAvx2(bags, BitLaneSource<1, true>{table}, mode, out); return true;
     default: return false;
   }
 }
@@ -309,7 +279,7 @@ std::vector<paddle::Tensor> BagPool(const paddle::Tensor& rows, const paddle::Te
   int64_t* a = argmax.data<int64_t>();
   if (!max) a[0] = -1;
   if (RegisterPathServes(mode, bags.dim)) {
-    SumBagsAvx2(bags, Fp32Lanes{source.rows, source.dim}, mode, o);
+    SumBagsAvx2(bags, Fp32LaneSource{source.rows, source.dim}, mode, o);
     return {out, argmax};
   }
 #pragma omp parallel for if (bags.num_bags > kParallelBags)

@@ -116,18 +116,59 @@ inline void DecodeSubByteRow(const int8_t* src, const float* byte_table, float s
 using CodeRowFn = void (*)(const int8_t* src, const uint16_t* params, const float* byte_table, int64_t dim,
                            float* row);
 
-// int8 codes: code * scale + (bias + 128 scale), as codecs.decode folds the offset; the multiply and
-// the add rounded apart (as Paddle's two ops do).
+#define EDO_AVX2 __attribute__((target("avx2,f16c"), always_inline)) inline
+
+// One code row's values eight at a time (``At(j)``: columns j .. j + 7), as fp32 lanes: what the row
+// decoders below store and the bags (bags.cc) add into their running sums, so both give the same bits.
+// int8: code * scale + (bias + 128 scale), as codecs.decode folds the offset; the multiply and the add
+// rounded apart (as Paddle's two ops do).
+struct Int8Lanes {
+  const int8_t* codes;
+  float scale, offset;
+  __m256 scales, offsets;
+  EDO_AVX2 static Int8Lanes Of(const int8_t* codes, const uint16_t* params) {
+    const float scale = HalfF16C(params), offset = HalfF16C(params + 1) + 128.0f * scale;
+    return {codes, scale, offset, _mm256_set1_ps(scale), _mm256_set1_ps(offset)};
+  }
+  EDO_AVX2 __m256 At(int64_t j) const {
+    const __m256i digits = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + j)));
+    return _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(digits), scales), offsets);
+  }
+};
+
+// Codes whose digits are whole bits (int4, int2, binary): the eight digits of kBits bytes taken from one
+// little-endian word by per-lane shifts (digit k of a byte sits at bits k * kBits of it, as the byte
+// table reads it). The level is the digit (binary: -1 or 1), then times the scale and plus the bias,
+// rounded apart: the byte table's arithmetic, so the same bits.
+template <int kBits, bool kSymmetric>
+struct BitLanes {
+  const int8_t* codes;
+  float scale, bias;
+  __m256 scales, biases;
+  EDO_AVX2 static BitLanes Of(const int8_t* codes, const uint16_t* params) {
+    const float scale = HalfF16C(params), bias = kSymmetric ? 0.0f : HalfF16C(params + 1);
+    return {codes, scale, bias, _mm256_set1_ps(scale), _mm256_set1_ps(bias)};
+  }
+  EDO_AVX2 __m256 At(int64_t j) const {
+    constexpr uint32_t kToUnsigned = kBits == 4 ? 0x80808080u : kBits == 2 ? 0x8080u : 0x80u;  // b - 128 -> b
+    uint32_t word = 0;
+    std::memcpy(&word, codes + j * kBits / 8, kBits);
+    const __m256i shifts = _mm256_setr_epi32(0, kBits, 2 * kBits, 3 * kBits, 4 * kBits, 5 * kBits, 6 * kBits,
+                                             7 * kBits);
+    const __m256i digits = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word ^ kToUnsigned), shifts),
+                                            _mm256_set1_epi32((1 << kBits) - 1));
+    const __m256i levels = kBits == 1 ? _mm256_sub_epi32(_mm256_slli_epi32(digits, 1), _mm256_set1_epi32(1)) : digits;
+    const __m256 scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(levels), scales);
+    return kSymmetric ? scaled : _mm256_add_ps(scaled, biases);
+  }
+};
+
 __attribute__((target("avx2,f16c"))) void Int8RowAvx2(const int8_t* src, const uint16_t* params, const float*,
                                                        int64_t dim, float* row) {
-  const float scale = HalfF16C(params), offset = HalfF16C(params + 1) + 128.0f * scale;
-  const __m256 s = _mm256_set1_ps(scale), o = _mm256_set1_ps(offset);
+  const Int8Lanes lanes = Int8Lanes::Of(src, params);
   int64_t j = 0;
-  for (; j + 8 <= dim; j += 8) {
-    const __m256i codes = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + j)));
-    _mm256_storeu_ps(row + j, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(codes), s), o));
-  }
-  for (; j < dim; ++j) row[j] = static_cast<float>(src[j]) * scale + offset;
+  for (; j + 8 <= dim; j += 8) _mm256_storeu_ps(row + j, lanes.At(j));
+  for (; j < dim; ++j) row[j] = static_cast<float>(src[j]) * lanes.scale + lanes.offset;
 }
 
 // The same, sixteen lanes at a time.
@@ -155,29 +196,15 @@ void SubByteRowPortable(const int8_t* src, const uint16_t* params, const float* 
                                          kSymmetric ? 0.0f : HalfPortable(params + 1), dim, row);
 }
 
-// Codes whose digits are whole bits (int4, int2, binary), eight values at a time: the eight digits of
-// kBits bytes taken from one little-endian word by per-lane shifts (digit k of a byte sits at bits
-// k * kBits of it, as the byte table reads it). The level is the digit (binary: -1 or 1), then
-// times the scale and plus the bias, rounded apart: the byte table's arithmetic, so the same bits.
 template <int kBits, bool kSymmetric>
 __attribute__((target("avx2,f16c"))) void BitCodesRowAvx2(const int8_t* src, const uint16_t* params,
                                                           const float* byte_table, int64_t dim, float* row) {
-  constexpr uint32_t kToUnsigned = kBits == 4 ? 0x80808080u : kBits == 2 ? 0x8080u : 0x80u;  // b - 128 -> b
-  const float scale = HalfF16C(params), bias = kSymmetric ? 0.0f : HalfF16C(params + 1);
-  const __m256i shifts = _mm256_setr_epi32(0, kBits, 2 * kBits, 3 * kBits, 4 * kBits, 5 * kBits, 6 * kBits,
-                                           7 * kBits);
-  const __m256i mask = _mm256_set1_epi32((1 << kBits) - 1);
-  const __m256 s = _mm256_set1_ps(scale), b = _mm256_set1_ps(bias);
+  const BitLanes<kBits, kSymmetric> lanes = BitLanes<kBits, kSymmetric>::Of(src, params);
   int64_t j = 0;
-  for (; j + 8 <= dim; j += 8) {
-    uint32_t word = 0;
-    std::memcpy(&word, src + j * kBits / 8, kBits);
-    const __m256i digits = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word ^ kToUnsigned), shifts), mask);
-    const __m256i levels = kBits == 1 ? _mm256_sub_epi32(_mm256_slli_epi32(digits, 1), _mm256_set1_epi32(1)) : digits;
-    const __m256 scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(levels), s);
-    _mm256_storeu_ps(row + j, kSymmetric ? scaled : _mm256_add_ps(scaled, b));
+  for (; j + 8 <= dim; j += 8) _mm256_storeu_ps(row + j, lanes.At(j));
+  if (j < dim) {
+    DecodeSubByteRow<8 / kBits, kSymmetric>(src + j * kBits / 8, byte_table, lanes.scale, lanes.bias, dim - j, row + j);
   }
-  if (j < dim) DecodeSubByteRow<8 / kBits, kSymmetric>(src + j * kBits / 8, byte_table, scale, bias, dim - j, row + j);
 }
 
 // Ternary levels as int8, eight a byte (its five digits, then three zeros): one 8-lane load a byte.

@@ -87,7 +87,7 @@ def _native_kernel_serves(table: EmbeddingBase, ids: paddle.Tensor, weights: pad
         return table.weight.dtype == paddle.float32 and kernels_serve(ids, table.weight)
     if not isinstance(table, QuantizedEmbedding) or not table.packed:
         return False
-    if table.mode == "low_precision" and table.training and paddle.is_grad_enabled():
+    if table.updates_rows():
         return False
     return kernels_serve(ids, table.codes)
 

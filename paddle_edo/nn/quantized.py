@@ -222,8 +222,12 @@ class QuantizedEmbedding(EmbeddingBase):
     def kernel_checks_ids(self, ids: paddle.Tensor) -> bool:
         """A packed table's lookups outside low_precision training take the gather-decode kernel, which
         refuses ids outside the table before reading them."""
-        return self.packed and not (self.mode == "low_precision" and self.training and paddle.is_grad_enabled()) \
-            and kernels_serve(ids, self.codes)
+        return self.packed and not self.updates_rows() and kernels_serve(ids, self.codes)
+
+    def updates_rows(self) -> bool:
+        """Whether lookups now decode rows for this step's update: a low_precision table training with
+        gradients."""
+        return self.mode == "low_precision" and self.training and paddle.is_grad_enabled()
 
     @paddle.jit.not_to_static  # to_static evaluates this condition even for packed tables, which have no weight
     def deduplicates(self) -> bool:
@@ -269,15 +273,20 @@ class QuantizedEmbedding(EmbeddingBase):
     def row_gradients(self) -> tuple[paddle.Tensor, paddle.Tensor] | None:
         """(row ids, row gradients) of this step's lookups before apply_row_updates, for monitors;
         None when this table trains through an optimizer (its weight gradient says it all)."""
-        touched = [(ids, rows.grad) for ids, rows in self._touched if rows.grad is not None]
+        touched = self._touched_with_gradients()
         if not touched:
             return None
-        return paddle.concat([i for i, _ in touched]), paddle.concat([g for _, g in touched])
+        return paddle.concat([i for i, _, _ in touched]), paddle.concat([g for _, _, g in touched])
+
+    def _touched_with_gradients(self) -> list[tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]]:
+        """(distinct ids, their decoded rows, the rows' gradients) of each of this step's lookups that
+        received a gradient."""
+        return [(ids, rows, rows.grad) for ids, rows in self._touched if rows.grad is not None]
 
     @paddle.no_grad()
     def apply_row_updates(self, learning_rate: float) -> None:
         """Apply the row gradients of this step's lookups, then re-encode those rows stochastically."""
-        touched = [(ids, rows, rows.grad) for ids, rows in self._touched if rows.grad is not None]
+        touched = self._touched_with_gradients()
         self._touched.clear()
         if not touched:
             return
@@ -302,8 +311,7 @@ class QuantizedEmbedding(EmbeddingBase):
         noise = paddle.rand(updated.shape, dtype="float32")  # one draw, the same on both paths below
         if kernels_serve(unique, self.codes):
             params = paddle.zeros([1], dtype="float16") if self.row_params is None else self.row_params
-            fused_ops().edo_write_rows(self.codes, params, unique.astype("int64"), updated, noise,
-                                       FORMAT_NUMBERS[self.format.name])
+            fused_ops().edo_write_rows(self.codes, params, unique, updated, noise, FORMAT_NUMBERS[self.format.name])
             return
         codes, params = codecs.encode(updated, self.format, stochastic=True, noise=noise)
         paddle.index_put_(self.codes, (unique,), codes)

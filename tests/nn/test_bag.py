@@ -217,6 +217,18 @@ def test_bad_input_is_refused_naming_the_layer_and_the_value(path):
         bag(paddle.to_tensor([[1.0, 2.0]]))
 
 
+def test_a_packed_tables_bag_kernel_refuses_bad_ids_naming_the_table():
+    # the kernel checks the ids itself (the layer scans none first): its refusal comes as the table's error
+    table = QuantizedEmbedding.from_embedding(DenseEmbedding(N, 16), "int8")
+    bag = EmbeddingBag(N, 16, "sum", table=table)
+    with paddle.no_grad():
+        for bad in (N, -1):
+            with pytest.raises(IndexError, match=rf"{table.full_name()}: id {bad} is out of range \[0, {N}\)"):
+                bag(paddle.to_tensor([[1, bad]]))
+            with pytest.raises(IndexError, match=rf"{table.full_name()}: id {bad} is out of range"):
+                bag(paddle.to_tensor([1, bad]), paddle.to_tensor([0]))
+
+
 @pytest.mark.parametrize("dim", [D, 16, 72])  # the scalar loop; sums in registers: one chunk, a chunk and a part
 @pytest.mark.parametrize("table", ["fp32", *FORMATS])
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
