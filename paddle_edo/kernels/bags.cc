@@ -129,8 +129,9 @@ void PoolBag(const Bags& bags, const Rows& source, int mode, int64_t b, float* s
 }
 
 // Sums and means with AVX2, the bag's running sum held in registers: a chunk of up to 64 columns (eight
-// 8-lane accumulators) over every row of the bag, then the next chunk. A row source gives the 8 values
-// of a row at a column, decoded where the table is packed; the additions are the scalar loop's, row
+// 8-lane accumulators) over every row of the bag, then the next chunk. A row source gives a row's chunk
+// (``RowOf(r, start)``: ``At(j)`` the 8 values at column start + j, decoded where the table is packed) and
+// prefetches a later row's chunk, its size fixed when compiling; the additions are the scalar loop's, row
 // after row (and w * row rounded before its addition), so the same bits. Code rows come as
 // packed_rows.h's Int8Lanes / BitLanes, the very lanes its row decoders store.
 struct Fp32LaneSource {
@@ -140,8 +141,9 @@ struct Fp32LaneSource {
     const float* p;
     EDO_AVX2 __m256 At(int64_t j) const { return _mm256_loadu_ps(p + j); }
   };
-  EDO_AVX2 Row RowOf(int64_t r) const { return {rows + r * dim}; }
-  void PrefetchRow(int64_t r) const { Prefetch(rows + r * dim, 4 * dim); }
+  EDO_AVX2 Row RowOf(int64_t r, int64_t start) const { return {rows + r * dim + start}; }
+  template <int kVectors>
+  void PrefetchChunk(int64_t r, int64_t start) const { PrefetchSpan<32 * kVectors>(rows + r * dim + start); }
 };
 
 struct Fp16LaneSource {
@@ -152,8 +154,11 @@ struct Fp16LaneSource {
       return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j)));
     }
   };
-  EDO_AVX2 Row RowOf(int64_t r) const { return {table.half() + r * table.row_bytes() / 2}; }
-  void PrefetchRow(int64_t r) const { table.PrefetchRow(r); }
+  EDO_AVX2 Row RowOf(int64_t r, int64_t start) const { return {table.half() + r * table.row_bytes() / 2 + start}; }
+  template <int kVectors>
+  void PrefetchChunk(int64_t r, int64_t start) const {
+    PrefetchSpan<16 * kVectors>(table.half() + r * table.row_bytes() / 2 + start);
+  }
 };
 
 struct Bf16LaneSource {  // the bf16 bits are the high half of the fp32 bits
@@ -165,45 +170,62 @@ struct Bf16LaneSource {  // the bf16 bits are the high half of the fp32 bits
       return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
     }
   };
-  EDO_AVX2 Row RowOf(int64_t r) const { return {table.half() + r * table.row_bytes() / 2}; }
-  void PrefetchRow(int64_t r) const { table.PrefetchRow(r); }
+  EDO_AVX2 Row RowOf(int64_t r, int64_t start) const { return {table.half() + r * table.row_bytes() / 2 + start}; }
+  template <int kVectors>
+  void PrefetchChunk(int64_t r, int64_t start) const {
+    PrefetchSpan<16 * kVectors>(table.half() + r * table.row_bytes() / 2 + start);
+  }
 };
 
-struct Int8LaneSource {
+// Code rows of kBits a value: a chunk's codes start kBits * start / 8 bytes into the row (start is a
+// multiple of 64), and its row parameters are read too.
+template <int kBits>
+struct CodeChunks {
+  explicit CodeChunks(const PackedTable& codes) : table(codes) {}
   const PackedTable& table;
-  EDO_AVX2 Int8Lanes RowOf(int64_t r) const {
-    return Int8Lanes::Of(table.codes() + r * table.row_bytes(), table.params() + 2 * r);
+  const int8_t* Codes(int64_t r, int64_t start) const {
+    return table.codes() + r * table.row_bytes() + start * kBits / 8;
   }
-  void PrefetchRow(int64_t r) const { table.PrefetchRow(r); }
+  const uint16_t* Params(int64_t r) const { return table.params() + table.params_per_row() * r; }
+  template <int kVectors>
+  void PrefetchChunk(int64_t r, int64_t start) const {
+    PrefetchSpan<kBits * kVectors>(Codes(r, start));
+    __builtin_prefetch(Params(r));
+  }
+};
+
+struct Int8LaneSource : CodeChunks<8> {
+  using CodeChunks<8>::CodeChunks;
+  EDO_AVX2 Int8Lanes RowOf(int64_t r, int64_t start) const { return Int8Lanes::Of(Codes(r, start), Params(r)); }
 };
 
 template <int kBits, bool kSymmetric>
-struct BitLaneSource {
-  const PackedTable& table;
-  EDO_AVX2 BitLanes<kBits, kSymmetric> RowOf(int64_t r) const {
-    return BitLanes<kBits, kSymmetric>::Of(table.codes() + r * table.row_bytes(),
-                                           table.params() + table.params_per_row() * r);
+struct BitLaneSource : CodeChunks<kBits> {
+  using CodeChunks<kBits>::CodeChunks;
+  EDO_AVX2 BitLanes<kBits, kSymmetric> RowOf(int64_t r, int64_t start) const {
+    return BitLanes<kBits, kSymmetric>::Of(this->Codes(r, start), this->Params(r));
   }
-  void PrefetchRow(int64_t r) const { table.PrefetchRow(r); }
 };
 
-// Columns [start, start + 8 kVectors) of bag b's sum (weighted where the bags have weights) into out.
+// Columns [start, start + 8 kVectors) of bag b's sum (weighted where the bags have weights) into out. Each
+// chunk prefetches its own columns of the row kPrefetchDistance entries on (padding entries too: a
+// prefetch reads nothing).
 template <int kVectors, typename Source>
 __attribute__((target("avx2,f16c"))) void SumChunkAvx2(const Bags& bags, const Source& source, int64_t b,
                                                        int64_t start, float* out) {
   __m256 acc[kVectors];
   for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_setzero_ps();
   const int64_t end = bags.offsets[b + 1];
+  const int64_t prefetched_end = std::min(end, bags.num_entries - kPrefetchDistance);
   for (int64_t j = bags.offsets[b]; j < end; ++j) {
-    const int64_t ahead = j + kPrefetchDistance;
-    if (start == 0 && ahead < bags.num_entries && !bags.Skipped(ahead)) source.PrefetchRow(bags.index[ahead]);
+    if (j < prefetched_end) source.template PrefetchChunk<kVectors>(bags.index[j + kPrefetchDistance], start);
     if (bags.Skipped(j)) continue;
-    const auto row = source.RowOf(bags.index[j]);
+    const auto row = source.RowOf(bags.index[j], start);
     if (bags.weights != nullptr) {
       const __m256 w = _mm256_set1_ps(bags.weights[j]);
-      for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(w, row.At(start + 8 * v)));
+      for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(w, row.At(8 * v)));
     } else {
-      for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_add_ps(acc[v], row.At(start + 8 * v));
+      for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_add_ps(acc[v], row.At(8 * v));
     }
   }
   for (int v = 0; v < kVectors; ++v) _mm256_storeu_ps(out + start + 8 * v, acc[v]);
@@ -252,10 +274,10 @@ bool SumPackedBagsAvx2(const Bags& bags, const PackedTable& table, int mode, flo
   switch (table.format()) {
     case kFp16: SumBagsAvx2(bags, Fp16LaneSource{table}, mode, out); return true;
     case kBf16: SumBagsAvx2(bags, Bf16LaneSource{table}, mode, out); return true;
-    case kInt8: SumBagsAvx2(bags, Int8LaneSource{table}, mode, out); return true;
-    case kInt4: SumBagsAvx2(bags, BitLaneSource<4, false>{table}, mode, out); return true;
-    case kInt2: SumBagsAvx2(bags, BitLaneSource<2, false>{table}, mode, out); return true;
-    case kBinary: SumBagsAvx2(bags, BitLaneSource<1, true>{table}, mode, out); return true;
+    case kInt8: SumBagsAvx2(bags, Int8LaneSource(table), mode, out); return true;
+    case kInt4: SumBagsAvx2(bags, BitLaneSource<4, false>(table), mode, out); return true;
+    case kInt2: SumBagsAvx2(bags, BitLaneSource<2, false>(table), mode, out); return true;
+    case kBinary: SumBagsAvx2(bags, BitLaneSource<1, true>(table), mode, out); return true;
     default: return false;
   }
 }

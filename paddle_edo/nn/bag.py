@@ -94,7 +94,7 @@ def _native_kernel_serves(table: EmbeddingBase, ids: paddle.Tensor, weights: pad
 
 def _bag_bounds(ids: paddle.Tensor, offsets: paddle.Tensor | None) -> tuple[paddle.Tensor, paddle.Tensor]:
     """(flat int64 ids [N], offsets [B + 1]: bag b holds entries offsets[b] .. offsets[b + 1])."""
-    flat = ids.astype("int64").reshape([-1])
+    flat = (ids if ids.dtype == paddle.int64 else ids.astype("int64")).reshape([-1])
     n = paddle.shape(flat).astype("int64")
     if offsets is None:
         return flat, paddle.arange(0, n[0] + 1, ids.shape[-1], dtype="int64")
@@ -104,25 +104,25 @@ def _bag_bounds(ids: paddle.Tensor, offsets: paddle.Tensor | None) -> tuple[padd
 def _native(table: DenseEmbedding | QuantizedEmbedding, ids: paddle.Tensor, offsets: paddle.Tensor | None,
             weights: paddle.Tensor | None, mode: str, padding_idx: int | None) -> paddle.Tensor:
     """The native bag kernels: an fp32 table's rows (in training its batch's distinct rows, so that its
-    gradient is one sparse row per distinct id), or a packed table's rows decoded as they are pooled."""
-    if paddle.in_dynamic_mode():
-        table.check_ids(ids)
+    gradient is one sparse row per distinct id), or a packed table's rows decoded as they are pooled. The
+    kernels refuse ids outside the table before reading any row; the distinct rows are gathered after a
+    check of the ids."""
+    table.check_id_dtype(ids)
     flat, bounds = _bag_bounds(ids, offsets)
     entry_weights = paddle.zeros([0], dtype="float32") if weights is None else weights.astype("float32").reshape([-1])
     pooling = (MODES.index(mode), padding_idx is not None, padding_idx if padding_idx is not None else 0)
-    if isinstance(table, QuantizedEmbedding):
-        params = table.codes if table.row_params is None else table.row_params  # float formats: unused
-        with ids_checked_by_kernel(table.full_name(), table.num_embeddings):
+    with ids_checked_by_kernel(table.full_name(), table.num_embeddings):
+        if isinstance(table, QuantizedEmbedding):
+            params = table.codes if table.row_params is None else table.row_params  # float formats: unused
             out = fused_ops().edo_packed_bag_pool(flat, table.codes, params, bounds, entry_weights,
                                                   FORMAT_NUMBERS[table.format.name], table.embedding_dim, *pooling)
-    else:
-        weight = table.weight
-        if paddle.in_dynamic_mode() and paddle.is_grad_enabled() and not weight.stop_gradient and table.sparse:
+        elif paddle.in_dynamic_mode() and paddle.is_grad_enabled() and not table.weight.stop_gradient and table.sparse:
+            table.check_ids(ids)
             unique, inverse = unique_ids(flat)
-            rows, index = distinct_rows(unique, weight, None), inverse.reshape([-1])
+            rows = distinct_rows(unique, table.weight, None)
+            out, _ = fused_ops().edo_bag_pool(rows, inverse.reshape([-1]), flat, bounds, entry_weights, *pooling)
         else:
-            rows, index = weight, flat
-        out, _ = fused_ops().edo_bag_pool(rows, index, flat, bounds, entry_weights, *pooling)
+            out, _ = fused_ops().edo_bag_pool(table.weight, flat, flat, bounds, entry_weights, *pooling)
     return out if offsets is not None else out.reshape([*ids.shape[:-1], table.embedding_dim])
 
 

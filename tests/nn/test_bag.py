@@ -217,11 +217,15 @@ def test_bad_input_is_refused_naming_the_layer_and_the_value(path):
         bag(paddle.to_tensor([[1.0, 2.0]]))
 
 
-def test_a_packed_tables_bag_kernel_refuses_bad_ids_naming_the_table():
-    # the kernel checks the ids itself (the layer scans none first): its refusal comes as the table's error
-    table = QuantizedEmbedding.from_embedding(DenseEmbedding(N, 16), "int8")
+@pytest.mark.parametrize("table", ["fp32", "int8"])
+@pytest.mark.parametrize("gradients", [False, True])
+def test_a_bag_kernel_refuses_bad_ids_naming_the_table(table, gradients):
+    # without gradients the kernel checks the ids itself (the layer scans none first) and its refusal
+    # comes as the table's error; an fp32 table training is checked before its distinct rows are gathered
+    dense = DenseEmbedding(N, 16)
+    table = dense if table == "fp32" else QuantizedEmbedding.from_embedding(dense, table)
     bag = EmbeddingBag(N, 16, "sum", table=table)
-    with paddle.no_grad():
+    with paddle.set_grad_enabled(gradients):
         for bad in (N, -1):
             with pytest.raises(IndexError, match=rf"{table.full_name()}: id {bad} is out of range \[0, {N}\)"):
                 bag(paddle.to_tensor([[1, bad]]))
