@@ -9,23 +9,24 @@ from paddle_edo.nn.quantized import FORMAT_NUMBERS, FUSED_FAKE_QUANTIZATION
 from paddle_edo.quant import FORMATS, codecs
 
 
-def rows_with_edge_cases():
+def rows_with_edge_cases(dim=24):
     rng = np.random.default_rng(0)
-    rows = (rng.normal(0, 1, (30000, 24)) * np.exp(rng.uniform(-12, 6, (30000, 1)))).astype(np.float32)
+    rows = (rng.normal(0, 1, (30000, dim)) * np.exp(rng.uniform(-12, 6, (30000, 1)))).astype(np.float32)
     rows[0] = 0.0                                   # a zero row (scale 0)
     rows[1] = 1.5                                   # a constant row
-    rows[2] = rng.normal(0, 1e-6, 24)               # fp16 subnormals, signed zeros
+    rows[2] = rng.normal(0, 1e-6, dim)               # fp16 subnormals, signed zeros
     rows[3] = 1e4
     rows[3, 0] = -7e4                               # past fp16's range: stored parameters overflow
     rows[4] *= 1000
-    rows[5] = rng.normal(0, 1e-40, 24)              # fp32 subnormals
+    rows[5] = rng.normal(0, 1e-40, dim)              # fp32 subnormals
     return rows
 
 
 @pytest.mark.parametrize("name,iterations", [(name, 0) for name in FUSED_FAKE_QUANTIZATION]
                          + [(name, codecs.RANGE_ITERATIONS) for name in ("int8", "int4", "int2")])
-def test_fused_fake_quantization_gives_the_composite_bits(name, iterations):
-    rows = paddle.to_tensor(rows_with_edge_cases())
+@pytest.mark.parametrize("dim", [24, 13])  # the kernel's 8- and 4-lane bodies alone, and with their tails
+def test_fused_fake_quantization_gives_the_composite_bits(name, iterations, dim):
+    rows = paddle.to_tensor(rows_with_edge_cases(dim))
     with paddle.no_grad():
         composite = codecs.fake_quantize(rows, FORMATS[name], iterations).numpy()
         fused = kernels.fused_ops().edo_fake_quantize(rows, FORMAT_NUMBERS[name], iterations).numpy()
