@@ -333,8 +333,10 @@ std::vector<paddle::Tensor> PackedBagPool(const paddle::Tensor& ids, const paddl
 }
 
 // The gradient of the rows: each entry's row gets its bag's output gradient (times its weight, divided by
-// the bag's count for mean; for max, only where it gave the maximum). Dimensions are split between
-// threads, so no two threads add to the same value.
+// the bag's count for mean; for max, only where it gave the maximum). Sums and means group the entries by
+// row first (a stable counting sort), so that each thread writes whole rows of its own, once, adding a
+// row's entries in their order: the scalar accumulation's order, so the same bits, without a random
+// read-modify-write of the gradient per entry.
 std::vector<paddle::Tensor> BagPoolGrad(const paddle::Tensor& rows, const paddle::Tensor& index,
                                         const paddle::Tensor& ids, const paddle::Tensor& offsets,
                                         const paddle::Tensor& weights, const paddle::Tensor& argmax,
@@ -342,12 +344,12 @@ std::vector<paddle::Tensor> BagPoolGrad(const paddle::Tensor& rows, const paddle
                                         int64_t padding_idx) {
   CheckedFp32Rows(rows);
   const Bags bags = Check(rows.shape()[0], rows.shape()[1], index, ids, offsets, weights, has_padding, padding_idx);
-  const int64_t dim = bags.dim;
-  paddle::Tensor grad_rows = paddle::empty({bags.num_rows, dim}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  const int64_t dim = bags.dim, num_rows = bags.num_rows;
+  paddle::Tensor grad_rows = paddle::empty({num_rows, dim}, paddle::DataType::FLOAT32, paddle::CPUPlace());
   float* g = grad_rows.data<float>();
-  std::memset(g, 0, sizeof(float) * bags.num_rows * dim);
   const float* go = grad_out.data<float>();
   if (mode == kMax) {
+    std::memset(g, 0, sizeof(float) * num_rows * dim);
     const int64_t* a = argmax.data<int64_t>();
     for (int64_t b = 0; b < bags.num_bags; ++b) {
       for (int64_t d = 0; d < dim; ++d) {
@@ -356,26 +358,33 @@ std::vector<paddle::Tensor> BagPoolGrad(const paddle::Tensor& rows, const paddle
     }
     return {grad_rows};
   }
-  std::vector<float> scale(bags.num_bags, 1.0f);
-  if (mode == kMean) {
-    for (int64_t b = 0; b < bags.num_bags; ++b) {
-      int64_t count = 0;
-      for (int64_t j = bags.offsets[b]; j < bags.offsets[b + 1]; ++j) count += !bags.Skipped(j);
-      scale[b] = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+  // the counted entries grouped by row: each one's bag and factor (its weight, over the bag's count for mean)
+  std::vector<int64_t> row_start(num_rows + 1, 0);
+  for (int64_t j = 0; j < bags.num_entries; ++j) {
+    if (!bags.Skipped(j)) ++row_start[bags.index[j] + 1];
+  }
+  for (int64_t r = 0; r < num_rows; ++r) row_start[r + 1] += row_start[r];
+  const int64_t counted = row_start[num_rows];
+  std::vector<int64_t> entry_bag(counted), next(row_start.begin(), row_start.end() - 1);
+  std::vector<float> entry_factor(counted);
+  for (int64_t b = 0; b < bags.num_bags; ++b) {
+    int64_t count = 0;
+    for (int64_t j = bags.offsets[b]; j < bags.offsets[b + 1]; ++j) count += !bags.Skipped(j);
+    const float scale = mode == kMean && count > 0 ? 1.0f / static_cast<float>(count) : 1.0f;
+    for (int64_t j = bags.offsets[b]; j < bags.offsets[b + 1]; ++j) {
+      if (bags.Skipped(j)) continue;
+      const int64_t k = next[bags.index[j]]++;
+      entry_bag[k] = b;
+      entry_factor[k] = (bags.weights != nullptr ? bags.weights[j] : 1.0f) * scale;
     }
   }
-  constexpr int64_t kChunk = 16;
-#pragma omp parallel for if (bags.num_entries * dim > (1 << 16))
-  for (int64_t start = 0; start < dim; start += kChunk) {
-    const int64_t stop = std::min(dim, start + kChunk);
-    for (int64_t b = 0; b < bags.num_bags; ++b) {
-      const float* gb = go + b * dim;
-      for (int64_t j = bags.offsets[b]; j < bags.offsets[b + 1]; ++j) {
-        if (bags.Skipped(j)) continue;
-        const float w = (bags.weights != nullptr ? bags.weights[j] : 1.0f) * scale[b];
-        float* gr = g + bags.index[j] * dim;
-        for (int64_t d = start; d < stop; ++d) gr[d] += w * gb[d];
-      }
+#pragma omp parallel for schedule(dynamic, 1024) if (bags.num_entries * dim > (1 << 16))
+  for (int64_t r = 0; r < num_rows; ++r) {
+    float* gr = g + r * dim;
+    std::fill(gr, gr + dim, 0.0f);
+    for (int64_t k = row_start[r]; k < row_start[r + 1]; ++k) {
+      if (k + kPrefetchDistance < counted) Prefetch(go + entry_bag[k + kPrefetchDistance] * dim, 4 * dim);
+      AddWeightedRow(gr, go + entry_bag[k] * dim, entry_factor[k], dim);
     }
   }
   return {grad_rows};

@@ -20,9 +20,13 @@ def kernel(request, monkeypatch):
 
 
 @pytest.mark.parametrize("shape", [(0,), (7,), (64, 5), (3, 4, 2)])
-def test_unique_ids_are_sorted_and_index_every_id(kernel, shape):
-    ids = np.random.default_rng(0).zipf(1.3, shape) % 50 - 10  # negatives too: any int64 is hashed
-    unique, inverse = unique_ids(paddle.to_tensor(ids.astype(np.int32)))
+@pytest.mark.parametrize("spread", ["narrow", "wide"])  # the kernel's bitmap over the ids' span, or its hash table
+def test_unique_ids_are_sorted_and_index_every_id(kernel, shape, spread):
+    ids = np.random.default_rng(0).zipf(1.3, shape) % 50 - 10  # negatives too
+    if spread == "wide":
+        ids = ids * 10 ** 17
+        ids.flat[:2] = [np.iinfo(np.int64).min, np.iinfo(np.int64).max][:ids.size]
+    unique, inverse = unique_ids(paddle.to_tensor(ids if spread == "wide" else ids.astype(np.int32)))
     np.testing.assert_array_equal(unique.numpy(), np.unique(ids))
     assert inverse.shape == list(shape) and unique.dtype == inverse.dtype == paddle.int64
     np.testing.assert_array_equal(unique.numpy()[inverse.numpy()], ids)
