@@ -14,7 +14,8 @@ from .kernels import fused_ops, fused_static_programs
 
 PROGRAM_SUFFIXES = (".json", ".pdmodel")  # what paddle.jit.save writes: a PIR program (Paddle 3), a legacy one (2.6)
 FUSED_OPS = ("edo_hash_lookup", "edo_qr_lookup", "edo_mixed_dim_lookup", "edo_quantized_lookup",
-             "edo_bag_pool", "edo_packed_bag_pool")  # the custom operators of kernels/lookups.cc
+             "edo_quantized_lookup_fp16", "edo_quantized_lookup_bf16", "edo_bag_pool",
+             "edo_packed_bag_pool")  # the lookup kernels' custom operators (paddle_edo/kernels)
 
 
 def input_specs(fields: Sequence[FieldSpec], num_dense: int = 0) -> list[paddle.static.InputSpec]:

@@ -23,6 +23,7 @@ from paddle_edo.quant import FORMATS
 BAG_LENGTHS = (1, 5, 20)
 BAG_FORMATS = ("fp32", "int8", "int4")
 STATIC_FORMATS = ("fp32", "int8", "int4")  # to_static of these beside nn.Embedding's
+HALF_OUTPUTS = ("float16", "bfloat16")  # QuantizedEmbedding's output_dtype for mixed precision
 
 
 def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
@@ -120,6 +121,10 @@ def lookups_benchmark(rows: int, dim: int, batch: int, fields: int, distribution
     candidates = {"paddle.nn.Embedding fp32": lambda: baseline(ids),
                   "numpy take fp32": lambda: np.take(weight, ids_np, 0)}
     candidates.update({f"paddle_edo {name}": (lambda t=table: t(ids)) for name, table in tables.items()})
+    for output_dtype in HALF_OUTPUTS:  # rows written at half the bytes, for mixed precision
+        half = QuantizedEmbedding.from_embedding(baseline, "int8", output_dtype=output_dtype)
+        half.eval()
+        candidates[f"paddle_edo int8 -> {output_dtype}"] = lambda t=half: t(ids)
     with paddle.no_grad():
         ms = side_by_side(candidates, repeats=repeats)
     static = to_static_times({"paddle.nn.Embedding fp32": baseline, **{f"paddle_edo {n}": tables[n]
@@ -153,7 +158,9 @@ def lookups_benchmark(rows: int, dim: int, batch: int, fields: int, distribution
     ms.update({name: value for name, value in peer_ms.items() if "L=" not in name})
     def row_bytes(name: str) -> int:  # the bytes of a row each candidate reads: its format's
         return next((tables[f].format.row_bytes(dim) for f in FORMATS if f" {f} " in f" {name} "), 4 * dim)
-    gb_per_s = {name: batch * fields * (row_bytes(name) + 4 * dim) / (value / 1e3) / 1e9
+    def output_bytes(name: str) -> int:  # the bytes of a row each candidate writes
+        return 2 * dim if name.split(" -> ")[-1] in HALF_OUTPUTS else 4 * dim
+    gb_per_s = {name: batch * fields * (row_bytes(name) + output_bytes(name)) / (value / 1e3) / 1e9
                 for name, value in ms.items() if not name.startswith("inference")}
     for name, value in bag_ms.items():
         length = int(name.split("L=")[1])

@@ -1,10 +1,12 @@
 // Fused gather-decode of QuantizedEmbedding's packed rows on the CPU: one pass reads each looked-up row's
 // codes and fp16 parameters and writes its fp32 values, where Paddle's composite ops write the gathered
 // codes, their cast, and each broadcast multiply and add as whole tensors. The arithmetic is the
-// composite decode's (quant/codecs.py), operation for operation, so both give the same bits.
+// composite decode's (quant/codecs.py), operation for operation, so both give the same bits. For mixed
+// precision the rows can come as fp16 or bf16 (half_rows.h: codecs.round_to_float's values).
 #include <cstring>
 #include <vector>
 
+#include "half_rows.h"
 #include "packed_rows.h"
 #include "paddle/extension.h"
 
@@ -42,6 +44,43 @@ std::vector<paddle::Tensor> QuantizedLookup(const paddle::Tensor& ids, const pad
   return {out};
 }
 
+// The same rows as fp16 or bf16 (kHalf), each decoded into a scratch row and rounded as it is written.
+template <int kHalf>
+std::vector<paddle::Tensor> QuantizedLookupHalf(const paddle::Tensor& ids, const paddle::Tensor& codes,
+                                                const paddle::Tensor& params, int format, int64_t dim,
+                                                bool has_padding, int64_t padding_idx) {
+  PD_CHECK(ids.is_cpu() && ids.dtype() == paddle::DataType::INT64, "ids must be int64 on the CPU");
+  const PackedTable table(codes, params, format, dim);
+  const int64_t n = ids.numel();
+  const int64_t* id = ids.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    PD_CHECK(id[i] >= 0 && id[i] < table.rows(), "id ", id[i], " is outside [0, ", table.rows(), ")");
+  }
+  std::vector<int64_t> shape = ids.shape();
+  shape.push_back(dim);
+  const bool fp16 = kHalf == kHalfFp16;
+  paddle::Tensor out = paddle::empty(shape, fp16 ? paddle::DataType::FLOAT16 : paddle::DataType::BFLOAT16,
+                                     paddle::CPUPlace());
+  uint16_t* o = fp16 ? reinterpret_cast<uint16_t*>(out.data<paddle::float16>())
+                     : reinterpret_cast<uint16_t*>(out.data<paddle::bfloat16>());
+  const HalfRowFn write_row = HalfRowWriter(kHalf);
+#pragma omp parallel if (n > kParallelLookups)
+  {
+    std::vector<float> scratch(dim);
+#pragma omp for
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + kPrefetchDistance < n) table.PrefetchRow(id[i + kPrefetchDistance]);
+      if (has_padding && id[i] == padding_idx) {
+        std::memset(o + i * dim, 0, sizeof(uint16_t) * dim);
+      } else {
+        table.DecodeRow(id[i], scratch.data());
+        write_row(scratch.data(), dim, o + i * dim);
+      }
+    }
+  }
+  return {out};
+}
+
 std::vector<std::vector<int64_t>> QuantizedLookupShape(const std::vector<int64_t>& ids,
                                                        const std::vector<int64_t>& codes,
                                                        const std::vector<int64_t>& params, int format, int64_t dim,
@@ -63,3 +102,29 @@ PD_BUILD_OP(edo_quantized_lookup)
     .SetKernelFn(PD_KERNEL(QuantizedLookup))
     .SetInferShapeFn(PD_INFER_SHAPE(QuantizedLookupShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(QuantizedLookupDtype));
+
+std::vector<paddle::DataType> QuantizedLookupFp16Dtype(const paddle::DataType&, const paddle::DataType&,
+                                                       const paddle::DataType&) {
+  return {paddle::DataType::FLOAT16};
+}
+
+std::vector<paddle::DataType> QuantizedLookupBf16Dtype(const paddle::DataType&, const paddle::DataType&,
+                                                       const paddle::DataType&) {
+  return {paddle::DataType::BFLOAT16};
+}
+
+PD_BUILD_OP(edo_quantized_lookup_fp16)
+    .Inputs({"Ids", "Codes", "Params"})
+    .Outputs({"Out"})
+    .Attrs({"format: int", "dim: int64_t", "has_padding: bool", "padding_idx: int64_t"})
+    .SetKernelFn(PD_KERNEL(QuantizedLookupHalf<kHalfFp16>))
+    .SetInferShapeFn(PD_INFER_SHAPE(QuantizedLookupShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(QuantizedLookupFp16Dtype));
+
+PD_BUILD_OP(edo_quantized_lookup_bf16)
+    .Inputs({"Ids", "Codes", "Params"})
+    .Outputs({"Out"})
+    .Attrs({"format: int", "dim: int64_t", "has_padding: bool", "padding_idx: int64_t"})
+    .SetKernelFn(PD_KERNEL(QuantizedLookupHalf<kHalfBf16>))
+    .SetInferShapeFn(PD_INFER_SHAPE(QuantizedLookupShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(QuantizedLookupBf16Dtype));

@@ -35,6 +35,9 @@ def pooled_lookup(table: EmbeddingBase, ids: paddle.Tensor, offsets: paddle.Tens
     start of each bag) -> [B, D]. Ids equal to ``padding_idx`` count in no bag."""
     if mode not in MODES:
         raise EdoValueError(f"{owner}: mode = {mode!r}; expected one of {', '.join(map(repr, MODES))}")
+    if getattr(table, "output_dtype", "float32") != "float32":
+        raise EdoValueError(f"{owner}: bags pool fp32 rows; {table.full_name()} has output_dtype "
+                            f"{table.output_dtype!r} (pool a table with output_dtype 'float32', and cast the bags)")
     if per_sample_weights is not None and mode != "sum":
         raise EdoValueError(f"{owner}: per_sample_weights weight a sum; mode is {mode!r} (use mode 'sum')")
     if per_sample_weights is not None and list(per_sample_weights.shape) != list(ids.shape):

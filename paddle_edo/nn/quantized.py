@@ -27,6 +27,9 @@ ADAGRAD_EPSILON = 1e-8
 FORMAT_NUMBERS = {name: number for number, name in enumerate(FORMATS)}  # the kernels' numbering
 FUSED_FAKE_QUANTIZATION = ("fp16", "bf16", "int8", "int4", "int2")  # kernels/fake_quant.cc; the others scale by a mean
 ROW_RANGES = ("auto", "search", "min_max")
+OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
+FUSED_LOOKUPS = {"float32": "edo_quantized_lookup", "float16": "edo_quantized_lookup_fp16",
+                 "bfloat16": "edo_quantized_lookup_bf16"}  # kernels/quantized.cc's operator for each output dtype
 # row_range 'auto' searches where it lowers the error enough to matter: int4 and int2 (measured on word2vec
 # vectors: top-10 neighbour overlap +0.009 and +0.083); at int8 min-max is as good (-0.0007 +- 0.0007)
 SEARCHED_BY_DEFAULT = ("int4", "int2")
@@ -57,6 +60,9 @@ class QuantizedEmbedding(EmbeddingBase):
         "row_range": Option("auto", str, choices=ROW_RANGES, doc="intN rows' clip range: the one of least squared "
                                                                  "error ('search'), the row's min to max, or "
                                                                  "'auto' (search for int4 and int2)"),
+        "output_dtype": Option("float32", str, choices=OUTPUT_DTYPES, doc="the dtype lookups return: float16 or "
+                                                                         "bfloat16 for mixed precision (rounded to "
+                                                                         "nearest, written by the lookup itself)"),
     }
 
     @accepts_old_signature(("num_embeddings", "embedding_dim", "dtype", "padding_idx", "sparse", "mode", "check_ids",
@@ -66,7 +72,7 @@ class QuantizedEmbedding(EmbeddingBase):
                  padding_idx: int | None = None, sparse: bool = True, weight_attr: paddle.ParamAttr | None = None,
                  name: str | None = None, init_std: float = 0.01, weight: paddle.Tensor | None = None,
                  packed: bool | None = None, deduplicate: bool = True, row_range: str = "auto",
-                 range_check: bool = True) -> None:
+                 range_check: bool = True, output_dtype: str = "float32") -> None:
         super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx, sparse=sparse, name=name,
                          range_check=range_check)
         self.deduplicate = bool(deduplicate)
@@ -80,8 +86,12 @@ class QuantizedEmbedding(EmbeddingBase):
         if row_range not in ROW_RANGES:
             raise EdoValueError(f"{label}: row_range = {row_range!r} is not supported; supported: "
                                 f"{', '.join(ROW_RANGES)}")
+        if output_dtype not in OUTPUT_DTYPES:
+            raise EdoValueError(f"{label}: output_dtype = {output_dtype!r} is not supported; supported: "
+                                f"{', '.join(OUTPUT_DTYPES)}")
         self.mode = mode
         self.row_range = row_range
+        self.output_dtype = output_dtype
         self.init_std = init_std
         self.initializer = weight_attr.initializer if weight_attr is not None else None
         self.row_optimizer: str | None = None
@@ -190,34 +200,46 @@ class QuantizedEmbedding(EmbeddingBase):
         return self.num_embeddings * self.format.row_bytes(self.embedding_dim) + state
 
     # -------------------------------------------------------------- lookup
-    def decode_rows(self, ids: paddle.Tensor) -> paddle.Tensor:
-        """fp32 rows of the given ids, decoded from packed storage: by the fused CPU kernel where it may
-        serve (the same values, bit for bit), else by Paddle's composite ops."""
+    def decode_rows(self, ids: paddle.Tensor, dtype: str = "float32") -> paddle.Tensor:
+        """Rows of the given ids decoded from packed storage, as ``dtype`` (float16 / bfloat16 rounded as
+        codecs.round_to_float rounds): by the fused CPU kernel where it may serve (the same values, bit for
+        bit), else by Paddle's composite ops."""
         if kernels_serve(ids, self.codes):
             params = self.codes if self.row_params is None else self.row_params  # float formats: unused
+            lookup = getattr(fused_ops(), FUSED_LOOKUPS[dtype])
             with ids_checked_by_kernel(self.full_name(), self.num_embeddings):
-                rows = fused_ops().edo_quantized_lookup(ids.astype("int64"), self.codes, params,
-                                                        FORMAT_NUMBERS[self.format.name], self.embedding_dim, False, 0)
+                rows = lookup(ids if ids.dtype == paddle.int64 else ids.astype("int64"), self.codes, params,
+                              FORMAT_NUMBERS[self.format.name], self.embedding_dim, False, 0)
             return rows
         codes = F.embedding(ids, self.codes)
         params = None if self.row_params is None else F.embedding(ids, self.row_params)
-        return codecs.decode(codes, params, self.format, self.embedding_dim)
+        rows = codecs.decode(codes, params, self.format, self.embedding_dim)
+        return rows if dtype == "float32" else codecs.round_to_float(rows, dtype)
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
         if not self.packed:
             if self.deduplicates():  # fake-quantizes each row once
                 unique, inverse = unique_ids(ids)
-                return F.embedding(inverse, self._master_rows(distinct_rows(unique, self.weight, self.padding_idx)))
-            return self._master_rows(F.embedding(ids, self.weight, padding_idx=self.padding_idx,
-                                                 sparse=sparse_gradient(self.sparse)))
+                rows = distinct_rows(unique, self.weight, self.padding_idx)
+                return F.embedding(inverse, self._as_output(self._master_rows(rows)))
+            return self._as_output(self._master_rows(F.embedding(ids, self.weight, padding_idx=self.padding_idx,
+                                                                 sparse=sparse_gradient(self.sparse))))
         if self.mode == "low_precision" and self.training:
             if not paddle.in_dynamic_mode():
                 raise EdoRuntimeError(f"{self.full_name()}: a low_precision table updates its rows in dynamic graph; "
                                       f"train it there or under paddle.jit.to_static's default mode (SOT), not in "
                                       f"a whole-graph program (full_graph=True); call .eval() before exporting it")
             if paddle.is_grad_enabled():
-                return self._lookup_for_update(ids)
-        return self.decode_rows(ids)
+                return self._as_output(self._lookup_for_update(ids))
+        return self.decode_rows(ids, self.output_dtype)
+
+    def _as_output(self, rows: paddle.Tensor) -> paddle.Tensor:
+        """Training's fp32 rows in ``output_dtype``: the values a packed lookup returns (round to nearest),
+        with the identity as their gradient."""
+        if self.output_dtype == "float32":
+            return rows
+        rounded = codecs.round_to_float(rows.detach(), self.output_dtype).astype("float32")
+        return codecs.straight_through(rows, rounded).astype(self.output_dtype)
 
     def kernel_checks_ids(self, ids: paddle.Tensor) -> bool:
         """A packed table's lookups outside low_precision training take the gather-decode kernel, which
@@ -321,16 +343,17 @@ class QuantizedEmbedding(EmbeddingBase):
     # ---------------------------------------------------------- conversion
     @classmethod
     def from_embedding(cls, embedding: paddle.nn.Layer, storage_format: str = "int8", row_range: str = "auto",
-                       frequencies: np.ndarray | None = None) -> "QuantizedEmbedding":
+                       frequencies: np.ndarray | None = None, output_dtype: str = "float32") -> "QuantizedEmbedding":
         """A packed copy of a ``paddle.nn.Embedding`` or ``DenseEmbedding`` (padding row and sparsity kept);
         ``row_range``: 'search' (each intN row's range of least squared error), 'min_max', or 'auto';
-        ``packing_error`` weighted by ``frequencies`` (a count per id) when given."""
+        ``packing_error`` weighted by ``frequencies`` (a count per id) when given; lookups return
+        ``output_dtype``."""
         weight = embedding.weight
         if len(weight.shape) != 2:
             raise EdoValueError(f"from_embedding: {embedding.full_name()} has a weight of shape {weight.shape}")
         padding_idx, sparse = table_settings(embedding)
         table = cls(weight.shape[0], weight.shape[1], storage_format, padding_idx=padding_idx, sparse=sparse,
-                    weight=weight.detach(), packed=True, row_range=row_range)
+                    weight=weight.detach(), packed=True, row_range=row_range, output_dtype=output_dtype)
         if frequencies is not None:
             table.packing_error = table.row_error(weight, frequencies)
         return table
@@ -376,7 +399,8 @@ class QuantizedEmbedding(EmbeddingBase):
                               "(its row updates read unscaled gradients); turn one of them off")
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + f", mode={self.mode}"
+        output = "" if self.output_dtype == "float32" else f", output_dtype={self.output_dtype}"
+        return super().extra_repr() + f", mode={self.mode}{output}"
 
 
 def check_quantizable(weight: paddle.Tensor, fmt: QuantFormat, owner: str) -> None:

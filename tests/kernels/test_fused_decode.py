@@ -8,7 +8,7 @@ from paddle_edo.data import FieldSpec
 from paddle_edo.export import Predictor, export_model, input_specs, uses_fused_kernels
 from paddle_edo.models import DeepFM
 from paddle_edo.nn import DenseEmbedding, QuantizedEmbedding
-from paddle_edo.quant import FORMATS
+from paddle_edo.quant import FORMATS, codecs
 
 
 def composite(monkeypatch, layer, ids):
@@ -158,3 +158,100 @@ def test_the_kernels_follow_the_configured_threads():
         assert openmp.omp_get_max_threads() == 2
     finally:
         set_num_threads(2)
+
+
+def widened(values):
+    """fp16 / bf16 values (a tensor, or numpy, where bf16 comes as its uint16 bits) as fp32 numpy."""
+    if isinstance(values, paddle.Tensor):
+        return paddle.cast(values, "float32").numpy()
+    values = np.asarray(values)
+    return (values.astype(np.uint32) << 16).view(np.float32) if values.dtype == np.uint16 else values.astype(np.float32)
+
+
+def half_output_table(dtype, output_dtype, dim):
+    """A packed table whose lookups return fp16 / bf16; a bf16 table also holds values past fp16's range."""
+    table = packed_table(dtype, 3000, dim)
+    if dtype == "bf16":
+        with paddle.no_grad():
+            table.bf16_codes[3] = paddle.linspace(-1e5, 1e5, dim).astype("bfloat16")
+    table.output_dtype = output_dtype
+    return table
+
+
+@pytest.mark.parametrize("dim", [64, 13])  # eight values a write, and the tail
+@pytest.mark.parametrize("output_dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", list(FORMATS))
+def test_half_outputs_are_the_composite_rounding_bit_for_bit(monkeypatch, dtype, output_dtype, dim):
+    # the kernel rounds each decoded value as codecs.round_to_float does: nearest, ties away, clipped
+    table = half_output_table(dtype, output_dtype, dim)
+    ids = np.random.default_rng(2).integers(0, 3000, (700, 9)).astype(np.int64)
+    ids[0, :4] = [0, 1, 2, 3]  # the padding row, fp16 subnormals, values past fp16's range
+    with paddle.no_grad():
+        fused = table(paddle.to_tensor(ids))
+        table.output_dtype = "float32"
+        rows = table(paddle.to_tensor(ids))
+        table.output_dtype = output_dtype
+        rounded = codecs.round_to_float(rows, output_dtype)
+    expected = composite(monkeypatch, table, paddle.to_tensor(ids))
+    assert fused.dtype == getattr(paddle, output_dtype) and fused.shape == [700, 9, dim]
+    got = widened(fused)
+    np.testing.assert_array_equal(got.view(np.uint32), widened(expected).view(np.uint32))  # signs of 0 too
+    np.testing.assert_array_equal(got.view(np.uint32), widened(rounded).view(np.uint32))
+    assert not got[0, 0].any()
+    if dtype == "bf16" and output_dtype == "float16":
+        assert np.abs(got[0, 3]).max() == 65504.0  # clipped to fp16's largest value, not infinite
+
+
+def test_half_outputs_train_through_the_rounding_with_the_fp32_gradient():
+    # QAT's master rows in fp16: the forward values a packed table serves, the gradient the identity
+    paddle.seed(3)
+    ids = paddle.to_tensor(np.random.default_rng(3).integers(0, 50, (40, 3)))
+    upstream = paddle.to_tensor(np.random.default_rng(4).integers(-4, 4, (40, 3, 8)).astype(np.float32))
+    grads, outputs = {}, {}
+    for output_dtype in ("float32", "float16"):
+        paddle.seed(3)
+        table = QuantizedEmbedding(50, 8, "int8", mode="qat", sparse=False, output_dtype=output_dtype, init_std=0.3)
+        out = table(ids)
+        (paddle.cast(out, "float32") * upstream).sum().backward()
+        grads[output_dtype] = table.weight.grad.numpy()
+        outputs[output_dtype] = out
+    assert outputs["float16"].dtype == paddle.float16
+    np.testing.assert_array_equal(widened(outputs["float16"]),
+                                  widened(codecs.round_to_float(outputs["float32"].detach(), "float16")))
+    np.testing.assert_array_equal(grads["float16"], grads["float32"])
+    table.pack()
+    with paddle.no_grad():
+        np.testing.assert_array_equal(widened(table(ids)), widened(outputs["float16"]))
+
+
+class WidenedOutput(paddle.nn.Layer):
+    """A table whose fp16 / bf16 rows a model takes on, ending in fp32 (Paddle Inference 2.6 copies no bf16
+    output to the host)."""
+
+    def __init__(self, table):
+        super().__init__()
+        self.table = table
+
+    def forward(self, ids):
+        return paddle.cast(self.table(ids), "float32")
+
+
+@pytest.mark.parametrize("output_dtype", ["float16", "bfloat16"])
+def test_half_outputs_round_trip_through_to_static_and_paddle_inference(tmp_path, output_dtype):
+    model = WidenedOutput(half_output_table("int8", output_dtype, 16))
+    model.eval()
+    ids = np.random.default_rng(5).integers(0, 3000, (64, 5)).astype(np.int64)
+    with paddle.no_grad():
+        eager = model(paddle.to_tensor(ids)).numpy()
+    spec = [paddle.static.InputSpec([None, 5], "int64", name="ids")]
+    static = paddle.jit.to_static(model, input_spec=spec, full_graph=True)
+    np.testing.assert_array_equal(static(paddle.to_tensor(ids)).numpy(), eager)
+    paddle.jit.save(static, str(tmp_path / "plain"))
+    with kernels.fused_static_programs():
+        fused = paddle.jit.to_static(WidenedOutput(half_output_table("int8", output_dtype, 16)), input_spec=spec,
+                                     full_graph=True)
+        paddle.jit.save(fused, str(tmp_path / "fused"))
+    assert uses_fused_kernels(tmp_path / "fused") and not uses_fused_kernels(tmp_path / "plain")
+    for prefix in ("plain", "fused"):
+        served = Predictor(tmp_path / prefix, device="cpu").run([ids])
+        np.testing.assert_array_equal(served, eager, err_msg=prefix)

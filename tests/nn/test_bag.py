@@ -215,6 +215,9 @@ def test_bad_input_is_refused_naming_the_layer_and_the_value(path):
         EmbeddingBag(N, D, table=DenseEmbedding(50, D))
     with pytest.raises(TypeError, match="ids must be int32 or int64, got float32"):
         bag(paddle.to_tensor([[1.0, 2.0]]))
+    half = QuantizedEmbedding.from_embedding(DenseEmbedding(N, D), "int8", output_dtype="float16")
+    with pytest.raises(EdoValueError, match=f"bags pool fp32 rows; {half.full_name()} has output_dtype 'float16'"):
+        EmbeddingBag(N, D, "sum", table=half)(paddle.to_tensor([[1, 2]]))
 
 
 @pytest.mark.parametrize("table", ["fp32", "int8"])

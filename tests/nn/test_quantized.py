@@ -139,6 +139,9 @@ def test_bad_arguments_name_the_layer_and_what_is_allowed():
         QuantizedEmbedding(10, 4, "int8", mode="fast")
     with pytest.raises(ValueError, match="'low_precision' stores fp16, bf16, int8 tables"):
         QuantizedEmbedding(10, 4, "int4", mode="low_precision")
+    with pytest.raises(ValueError, match="output_dtype = 'int8' is not supported; supported: float32, float16, "
+                                         "bfloat16"):
+        QuantizedEmbedding(10, 4, "int8", output_dtype="int8")
     table = QuantizedEmbedding(10, 4, "int8", mode="low_precision")
     with pytest.raises(ValueError, match="sgd or adagrad, not 'adam'"):
         table.configure_row_optimizer("adam")

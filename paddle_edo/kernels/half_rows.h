@@ -1,0 +1,93 @@
+// fp32 rows -> fp16 / bf16 bits for lookups that serve mixed precision: each value clipped to the format's
+// largest finite one and rounded to its nearest value, ties away from zero, as codecs.round_to_float
+// rounds (Paddle's own casts truncate on 2.6 and round ties to even on 3.x). Integer arithmetic on the
+// fp32 bits, exact: the fp16 subnormals by scaling to whole units of 2^-24.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+enum HalfFormat { kHalfFp16 = 0, kHalfBf16 = 1 };
+
+constexpr float kFp16Max = 65504.0f;
+constexpr float kBf16Max = 3.3895313892515355e38f;
+constexpr uint32_t kSmallestNormalFp16Bits = 0x38800000u;  // 2^-14 as fp32 bits
+constexpr uint32_t kFp16ExponentShift = (127 - 15) << 10;  // fp32 exponent bias -> fp16's, in fp16 bit position
+
+inline uint16_t Fp16Bits(float x) {
+  x = std::min(std::max(x, -kFp16Max), kFp16Max);
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  const uint32_t magnitude = bits & 0x7FFFFFFFu, sign = (bits >> 16) & 0x8000u;
+  if (magnitude >= kSmallestNormalFp16Bits) {  // the top ten mantissa bits, plus one where the rest is >= half
+    return static_cast<uint16_t>(sign | (((magnitude >> 13) - kFp16ExponentShift) + ((magnitude >> 12) & 1u)));
+  }
+  float value;
+  std::memcpy(&value, &magnitude, sizeof(value));
+  const float units = value * 16777216.0f, whole = std::trunc(units);  // units of 2^-24, exact
+  return static_cast<uint16_t>(sign | (static_cast<uint32_t>(whole) + (units - whole >= 0.5f ? 1u : 0u)));
+}
+
+inline uint16_t Bf16Bits(float x) {
+  x = std::min(std::max(x, -kBf16Max), kBf16Max);
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return static_cast<uint16_t>(((bits >> 16) & 0x8000u) | (((bits & 0x7FFFFFFFu) + 0x8000u) >> 16));
+}
+
+// Eight values at a time with AVX2: the same arithmetic lane by lane.
+template <int kHalf>
+__attribute__((target("avx2"))) inline __m128i HalfLanes(__m256 x) {
+  const float limit = kHalf == kHalfFp16 ? kFp16Max : kBf16Max;
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-limit)), _mm256_set1_ps(limit));
+  const __m256i bits = _mm256_castps_si256(x);
+  const __m256i magnitude = _mm256_and_si256(bits, _mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x8000));
+  __m256i half;
+  if (kHalf == kHalfBf16) {
+    half = _mm256_srli_epi32(_mm256_add_epi32(magnitude, _mm256_set1_epi32(0x8000)), 16);
+  } else {
+    const __m256i normal = _mm256_add_epi32(
+        _mm256_sub_epi32(_mm256_srli_epi32(magnitude, 13), _mm256_set1_epi32(kFp16ExponentShift)),
+        _mm256_and_si256(_mm256_srli_epi32(magnitude, 12), _mm256_set1_epi32(1)));
+    const __m256 units = _mm256_mul_ps(_mm256_castsi256_ps(magnitude), _mm256_set1_ps(16777216.0f));
+    const __m256 whole = _mm256_round_ps(units, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 up = _mm256_and_ps(_mm256_cmp_ps(_mm256_sub_ps(units, whole), _mm256_set1_ps(0.5f), _CMP_GE_OQ),
+                                    _mm256_set1_ps(1.0f));
+    const __m256i subnormal = _mm256_cvttps_epi32(_mm256_add_ps(whole, up));
+    const __m256i is_normal = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(kSmallestNormalFp16Bits - 1));
+    half = _mm256_blendv_epi8(subnormal, normal, is_normal);
+  }
+  const __m256i packed = _mm256_packus_epi32(_mm256_or_si256(half, sign), _mm256_setzero_si256());
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));  // the low halves of both lanes
+}
+
+template <int kHalf>
+__attribute__((target("avx2"))) void HalfRowAvx2(const float* row, int64_t dim, uint16_t* out) {
+  int64_t j = 0;
+  for (; j + 8 <= dim; j += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), HalfLanes<kHalf>(_mm256_loadu_ps(row + j)));
+  }
+  for (; j < dim; ++j) out[j] = kHalf == kHalfFp16 ? Fp16Bits(row[j]) : Bf16Bits(row[j]);
+}
+
+template <int kHalf>
+void HalfRowPortable(const float* row, int64_t dim, uint16_t* out) {
+  for (int64_t j = 0; j < dim; ++j) out[j] = kHalf == kHalfFp16 ? Fp16Bits(row[j]) : Bf16Bits(row[j]);
+}
+
+using HalfRowFn = void (*)(const float* row, int64_t dim, uint16_t* out);
+
+inline HalfRowFn HalfRowWriter(int half_format) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (half_format == kHalfFp16) return avx2 ? HalfRowAvx2<kHalfFp16> : HalfRowPortable<kHalfFp16>;
+  return avx2 ? HalfRowAvx2<kHalfBf16> : HalfRowPortable<kHalfBf16>;
+}
+
+}  // namespace
