@@ -15,22 +15,33 @@ namespace {
 constexpr int64_t kPrefetchDistance = 8;
 constexpr int64_t kParallelLookups = 4096;
 
+// The ids, each checked before any read: an id outside the table never reaches memory.
+const int64_t* CheckedIds(const paddle::Tensor& ids, const PackedTable& table) {
+  PD_CHECK(ids.is_cpu() && ids.dtype() == paddle::DataType::INT64, "ids must be int64 on the CPU");
+  const int64_t* id = ids.data<int64_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    PD_CHECK(id[i] >= 0 && id[i] < table.rows(), "id ", id[i], " is outside [0, ", table.rows(), ")");
+  }
+  return id;
+}
+
+// ids [...] -> rows [..., dim]
+std::vector<int64_t> RowsShape(const std::vector<int64_t>& ids, int64_t dim) {
+  std::vector<int64_t> shape = ids;
+  shape.push_back(dim);
+  return shape;
+}
+
 }  // namespace
 
 // ids [...] int64 -> fp32 rows [..., dim] of a packed table (see PackedTable).
 std::vector<paddle::Tensor> QuantizedLookup(const paddle::Tensor& ids, const paddle::Tensor& codes,
                                             const paddle::Tensor& params, int format, int64_t dim,
                                             bool has_padding, int64_t padding_idx) {
-  PD_CHECK(ids.is_cpu() && ids.dtype() == paddle::DataType::INT64, "ids must be int64 on the CPU");
   const PackedTable table(codes, params, format, dim);
   const int64_t n = ids.numel();
-  const int64_t* id = ids.data<int64_t>();
-  for (int64_t i = 0; i < n; ++i) {  // before any read: an id outside the table never reaches memory
-    PD_CHECK(id[i] >= 0 && id[i] < table.rows(), "id ", id[i], " is outside [0, ", table.rows(), ")");
-  }
-  std::vector<int64_t> shape = ids.shape();
-  shape.push_back(dim);
-  paddle::Tensor out = paddle::empty(shape, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  const int64_t* id = CheckedIds(ids, table);
+  paddle::Tensor out = paddle::empty(RowsShape(ids.shape(), dim), paddle::DataType::FLOAT32, paddle::CPUPlace());
   float* o = out.data<float>();
 #pragma omp parallel for if (n > kParallelLookups)
   for (int64_t i = 0; i < n; ++i) {
@@ -49,18 +60,12 @@ template <int kHalf>
 std::vector<paddle::Tensor> QuantizedLookupHalf(const paddle::Tensor& ids, const paddle::Tensor& codes,
                                                 const paddle::Tensor& params, int format, int64_t dim,
                                                 bool has_padding, int64_t padding_idx) {
-  PD_CHECK(ids.is_cpu() && ids.dtype() == paddle::DataType::INT64, "ids must be int64 on the CPU");
   const PackedTable table(codes, params, format, dim);
   const int64_t n = ids.numel();
-  const int64_t* id = ids.data<int64_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    PD_CHECK(id[i] >= 0 && id[i] < table.rows(), "id ", id[i], " is outside [0, ", table.rows(), ")");
-  }
-  std::vector<int64_t> shape = ids.shape();
-  shape.push_back(dim);
+  const int64_t* id = CheckedIds(ids, table);
   const bool fp16 = kHalf == kHalfFp16;
-  paddle::Tensor out = paddle::empty(shape, fp16 ? paddle::DataType::FLOAT16 : paddle::DataType::BFLOAT16,
-                                     paddle::CPUPlace());
+  paddle::Tensor out = paddle::empty(RowsShape(ids.shape(), dim),
+                                     fp16 ? paddle::DataType::FLOAT16 : paddle::DataType::BFLOAT16, paddle::CPUPlace());
   uint16_t* o = fp16 ? reinterpret_cast<uint16_t*>(out.data<paddle::float16>())
                      : reinterpret_cast<uint16_t*>(out.data<paddle::bfloat16>());
   const HalfRowFn write_row = HalfRowWriter(kHalf);
@@ -85,9 +90,7 @@ std::vector<std::vector<int64_t>> QuantizedLookupShape(const std::vector<int64_t
                                                        const std::vector<int64_t>& codes,
                                                        const std::vector<int64_t>& params, int format, int64_t dim,
                                                        bool has_padding, int64_t padding_idx) {
-  std::vector<int64_t> shape = ids;
-  shape.push_back(dim);
-  return {shape};
+  return {RowsShape(ids, dim)};
 }
 
 std::vector<paddle::DataType> QuantizedLookupDtype(const paddle::DataType&, const paddle::DataType&,

@@ -221,7 +221,7 @@ class QuantizedEmbedding(EmbeddingBase):
             if self.deduplicates():  # fake-quantizes each row once
                 unique, inverse = unique_ids(ids)
                 rows = distinct_rows(unique, self.weight, self.padding_idx)
-                return F.embedding(inverse, self._as_output(self._master_rows(rows)))
+                return self._as_output(F.embedding(inverse, self._master_rows(rows)))
             return self._as_output(self._master_rows(F.embedding(ids, self.weight, padding_idx=self.padding_idx,
                                                                  sparse=sparse_gradient(self.sparse))))
         if self.mode == "low_precision" and self.training:
