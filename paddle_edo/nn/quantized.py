@@ -233,6 +233,10 @@ class QuantizedEmbedding(EmbeddingBase):
                 return self._as_output(self._lookup_for_update(ids))
         return self.decode_rows(ids, self.output_dtype)
 
+    def empty_lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
+        """A batch without ids: zeros [*ids.shape, embedding_dim] in ``output_dtype``."""
+        return paddle.zeros([*ids.shape, self.embedding_dim], dtype=self.output_dtype)
+
     def _as_output(self, rows: paddle.Tensor) -> paddle.Tensor:
         """Training's fp32 rows in ``output_dtype``: the values a packed lookup returns (round to nearest),
         with the identity as their gradient."""

@@ -222,3 +222,26 @@ def test_searched_ranges_pack_closer_than_min_max_and_decode_the_same_way(name):
                                                          FORMATS[name], 32).numpy())
     with pytest.raises(ValueError, match="row_range = 'best' is not supported; supported: auto, search, min_max"):
         QuantizedEmbedding(10, 4, name, row_range="best")
+
+
+@pytest.mark.parametrize("output_dtype", ["float16", "bfloat16"])
+def test_half_outputs_keep_their_dtype_under_sot_and_for_an_empty_batch(output_dtype):
+    packed = QuantizedEmbedding.from_embedding(DenseEmbedding(100, 16), "int8", output_dtype=output_dtype)
+    packed.eval()
+    ids = paddle.to_tensor(np.random.default_rng(0).integers(0, 100, (8, 3)))
+    empty = paddle.zeros([0, 3], dtype="int64")
+    sot = paddle.jit.to_static(packed)  # the default mode, as users call it
+    expected = paddle.cast(packed(ids), "float32").numpy()
+    np.testing.assert_array_equal(paddle.cast(sot(ids), "float32").numpy(), expected)
+    for lookup in (packed, sot):
+        out = lookup(empty)
+        assert out.dtype == getattr(paddle, output_dtype) and out.shape == [0, 3, 16]
+    qat = QuantizedEmbedding(100, 16, "int4", mode="qat", output_dtype=output_dtype)
+    optimizer = paddle.optimizer.Adam(1e-2, parameters=qat.parameters(), lazy_mode=True)
+    before = qat.weight.numpy()
+    for layer in (qat, paddle.jit.to_static(qat)):  # a training step in dygraph, then under SOT
+        paddle.cast(layer(ids), "float32").square().sum().backward()
+        optimizer.step()
+        optimizer.clear_grad()
+        assert layer(empty).dtype == getattr(paddle, output_dtype)
+    assert not np.array_equal(qat.weight.numpy(), before)
