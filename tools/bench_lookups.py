@@ -18,12 +18,13 @@ import paddle
 from paddle_edo.benchmark import MMAP_THRESHOLD, TRIM_THRESHOLD, side_by_side
 from paddle_edo.data import zipf_ids
 from paddle_edo.nn import DenseEmbedding, EmbeddingBag, QuantizedEmbedding
+from paddle_edo.nn.quantized import OUTPUT_DTYPES
 from paddle_edo.quant import FORMATS
 
 BAG_LENGTHS = (1, 5, 20)
 BAG_FORMATS = ("fp32", "int8", "int4")
 STATIC_FORMATS = ("fp32", "int8", "int4")  # to_static of these beside nn.Embedding's
-HALF_OUTPUTS = ("float16", "bfloat16")  # QuantizedEmbedding's output_dtype for mixed precision
+HALF_OUTPUTS = tuple(d for d in OUTPUT_DTYPES if d != "float32")  # QuantizedEmbedding's, for mixed precision
 
 
 def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:

@@ -18,7 +18,7 @@ import paddle
 from ..compat import dynamic_graph_under_sot
 from ..errors import EdoTypeError, EdoValueError
 from ..kernels import fused_ops, ids_checked_by_kernel, kernels_serve
-from .base import ID_DTYPES, CompositeEmbedding, EmbeddingBase, dtype_name
+from .base import ID_DTYPES, CompositeEmbedding, EmbeddingBase, dtype_name, int64_ids
 from .dedup import distinct_rows, unique_ids
 from .dense import DenseEmbedding, given_or_dense_table
 from .quantized import FORMAT_NUMBERS, QuantizedEmbedding
@@ -97,7 +97,7 @@ def _native_kernel_serves(table: EmbeddingBase, ids: paddle.Tensor, weights: pad
 
 def _bag_bounds(ids: paddle.Tensor, offsets: paddle.Tensor | None) -> tuple[paddle.Tensor, paddle.Tensor]:
     """(flat int64 ids [N], offsets [B + 1]: bag b holds entries offsets[b] .. offsets[b + 1])."""
-    flat = (ids if ids.dtype == paddle.int64 else ids.astype("int64")).reshape([-1])
+    flat = int64_ids(ids).reshape([-1])
     n = paddle.shape(flat).astype("int64")
     if offsets is None:
         return flat, paddle.arange(0, n[0] + 1, ids.shape[-1], dtype="int64")

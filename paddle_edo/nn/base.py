@@ -17,6 +17,11 @@ ID_DTYPES = (paddle.int32, paddle.int64)
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int32": 4, "int64": 8}
 
 
+def int64_ids(ids: paddle.Tensor) -> paddle.Tensor:
+    """Ids as int64, as the kernels take them: int64 ids as they are (a cast would copy them)."""
+    return ids if ids.dtype == paddle.int64 else ids.astype("int64")
+
+
 def dtype_name(dtype: Any) -> str:
     """'float32' for paddle.float32 and numpy's float32 alike."""
     return str(dtype).split(".")[-1].lower()

@@ -15,6 +15,7 @@ import paddle
 import paddle.nn.functional as F
 
 from ..kernels import fused_ops
+from .base import int64_ids
 
 
 def deduplicating(weight: paddle.Tensor, sparse: bool) -> bool:
@@ -26,7 +27,7 @@ def deduplicating(weight: paddle.Tensor, sparse: bool) -> bool:
 def unique_ids(ids: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
     """(distinct ids [U] int64 in increasing order, the index of each id among them, shaped like ``ids``):
     the native kernel on the CPU, ``paddle.unique`` elsewhere."""
-    ids = ids.astype("int64")
+    ids = int64_ids(ids)
     ops = fused_ops() if ids.place.is_cpu_place() and ids.size > 0 else None  # a custom op's output has data
     if ops is not None:
         unique, inverse = ops.edo_unique_ids(ids)

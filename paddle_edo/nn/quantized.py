@@ -14,7 +14,7 @@ from ..quant import codecs
 from ..quant.formats import FORMATS, QuantFormat, get_format
 from ..runtime import release_freed_memory
 from ..schema import ConfigError, Option
-from .base import EmbeddingBase, table_settings
+from .base import EmbeddingBase, int64_ids, table_settings
 from .dedup import deduplicating, distinct_rows, unique_ids
 from .registry import register_embedding
 from .signature import accepts_old_signature
@@ -208,8 +208,8 @@ class QuantizedEmbedding(EmbeddingBase):
             params = self.codes if self.row_params is None else self.row_params  # float formats: unused
             lookup = getattr(fused_ops(), FUSED_LOOKUPS[dtype])
             with ids_checked_by_kernel(self.full_name(), self.num_embeddings):
-                rows = lookup(ids if ids.dtype == paddle.int64 else ids.astype("int64"), self.codes, params,
-                              FORMAT_NUMBERS[self.format.name], self.embedding_dim, False, 0)
+                rows = lookup(int64_ids(ids), self.codes, params, FORMAT_NUMBERS[self.format.name],
+                              self.embedding_dim, False, 0)
             return rows
         codes = F.embedding(ids, self.codes)
         params = None if self.row_params is None else F.embedding(ids, self.row_params)
