@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import paddle
 
-from paddle_edo.benchmark import MMAP_THRESHOLD, TRIM_THRESHOLD, side_by_side
+from paddle_edo.benchmark import MALLOC_ENV, side_by_side
 from paddle_edo.data import zipf_ids
 from paddle_edo.nn import DenseEmbedding, EmbeddingBag, QuantizedEmbedding
 from paddle_edo.nn.quantized import OUTPUT_DTYPES
@@ -85,9 +85,8 @@ def peer_times(python: str, weight: np.ndarray, ids: np.ndarray, bag_ids: dict[i
         np.save(f"{tmp}/ids.npy", ids)
         for length, bags in bag_ids.items():
             np.save(f"{tmp}/bags_L{length}.npy", bags)
-        steady = {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)}
         subprocess.run([python, str(Path(__file__).with_name("bench_peers.py")), tmp, "--repeats", str(repeats),
-                        "--threads", str(threads)], check=True, env={**os.environ, **steady})  # malloc as here
+                        "--threads", str(threads)], check=True, env={**os.environ, **MALLOC_ENV})  # malloc as here
         return json.loads(Path(f"{tmp}/peers.json").read_text())["ms"]
 
 

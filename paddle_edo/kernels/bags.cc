@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
+
+#include <omp.h>
 
 #include "packed_rows.h"
 #include "paddle/extension.h"
@@ -332,11 +335,27 @@ std::vector<paddle::Tensor> PackedBagPool(const paddle::Tensor& ids, const paddl
   return {out};
 }
 
+// An entry of the bags' gradient, filed under its block of rows.
+struct BlockEntry {
+  int64_t bag;
+  uint32_t row;  // within its block
+  float factor;  // its weight, over its bag's count for mean
+};
+
+// Rows of the gradient a block holds: as many as fill about 256 KiB, so that a block's rows stay in the
+// core's L2 cache while its entries are added to them.
+int BlockShift(int64_t dim) {
+  int shift = 0;
+  while (shift < 20 && (int64_t{2} << shift) * dim * 4 <= (int64_t{1} << 18)) ++shift;
+  return shift;
+}
+
 // The gradient of the rows: each entry's row gets its bag's output gradient (times its weight, divided by
-// the bag's count for mean; for max, only where it gave the maximum). Sums and means group the entries by
-// row first (a stable counting sort), so that each thread writes whole rows of its own, once, adding a
-// row's entries in their order: the scalar accumulation's order, so the same bits, without a random
-// read-modify-write of the gradient per entry.
+// the bag's count for mean; for max, only where it gave the maximum). Sums and means file their entries
+// under blocks of rows (a stable counting sort: each thread counts and files the entries of its own
+// bags), then each block's rows are zeroed and its entries added in their order: for every row, its
+// entries in the scalar accumulation's order, so the same bits, with the row in cache, not a random
+// read-modify-write of the gradient in memory per entry.
 std::vector<paddle::Tensor> BagPoolGrad(const paddle::Tensor& rows, const paddle::Tensor& index,
                                         const paddle::Tensor& ids, const paddle::Tensor& offsets,
                                         const paddle::Tensor& weights, const paddle::Tensor& argmax,
@@ -345,7 +364,7 @@ std::vector<paddle::Tensor> BagPoolGrad(const paddle::Tensor& rows, const paddle
   CheckedFp32Rows(rows);
   const Bags bags = Check(rows.shape()[0], rows.shape()[1], index, ids, offsets, weights, has_padding, padding_idx);
   const int64_t dim = bags.dim, num_rows = bags.num_rows;
-  paddle::Tensor grad_rows = paddle::empty({num_rows, dim}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  paddle::Tensor grad_rows = EmptyOutput({num_rows, dim}, paddle::DataType::FLOAT32);
   float* g = grad_rows.data<float>();
   const float* go = grad_out.data<float>();
   if (mode == kMax) {
@@ -358,33 +377,58 @@ std::vector<paddle::Tensor> BagPoolGrad(const paddle::Tensor& rows, const paddle
     }
     return {grad_rows};
   }
-  // the counted entries grouped by row: each one's bag and factor (its weight, over the bag's count for mean)
-  std::vector<int64_t> row_start(num_rows + 1, 0);
-  for (int64_t j = 0; j < bags.num_entries; ++j) {
-    if (!bags.Skipped(j)) ++row_start[bags.index[j] + 1];
-  }
-  for (int64_t r = 0; r < num_rows; ++r) row_start[r + 1] += row_start[r];
-  const int64_t counted = row_start[num_rows];
-  std::vector<int64_t> entry_bag(counted), next(row_start.begin(), row_start.end() - 1);
-  std::vector<float> entry_factor(counted);
-  for (int64_t b = 0; b < bags.num_bags; ++b) {
-    int64_t count = 0;
-    for (int64_t j = bags.offsets[b]; j < bags.offsets[b + 1]; ++j) count += !bags.Skipped(j);
-    const float scale = mode == kMean && count > 0 ? 1.0f / static_cast<float>(count) : 1.0f;
-    for (int64_t j = bags.offsets[b]; j < bags.offsets[b + 1]; ++j) {
-      if (bags.Skipped(j)) continue;
-      const int64_t k = next[bags.index[j]]++;
-      entry_bag[k] = b;
-      entry_factor[k] = (bags.weights != nullptr ? bags.weights[j] : 1.0f) * scale;
+  const int shift = BlockShift(dim);
+  const int64_t num_blocks = (num_rows + (int64_t{1} << shift) - 1) >> shift;
+  std::vector<int64_t> filed;     // [thread][block]: the thread's entries in the block, then where they go
+  std::vector<int64_t> block_start(num_blocks + 1, 0);
+  std::unique_ptr<BlockEntry[]> entries;
+#pragma omp parallel if (bags.num_entries * dim > (1 << 16))
+  {
+    const int threads = omp_get_num_threads(), t = omp_get_thread_num();
+#pragma omp single
+    filed.assign(static_cast<size_t>(threads) * num_blocks, 0);
+    int64_t* mine = filed.data() + t * num_blocks;
+    const int64_t first_bag = bags.num_bags * t / threads, end_bag = bags.num_bags * (t + 1) / threads;
+    for (int64_t j = bags.offsets[first_bag]; j < bags.offsets[end_bag]; ++j) {
+      if (!bags.Skipped(j)) ++mine[bags.index[j] >> shift];
     }
-  }
-#pragma omp parallel for schedule(dynamic, 1024) if (bags.num_entries * dim > (1 << 16))
-  for (int64_t r = 0; r < num_rows; ++r) {
-    float* gr = g + r * dim;
-    std::fill(gr, gr + dim, 0.0f);
-    for (int64_t k = row_start[r]; k < row_start[r + 1]; ++k) {
-      if (k + kPrefetchDistance < counted) Prefetch(go + entry_bag[k + kPrefetchDistance] * dim, 4 * dim);
-      AddWeightedRow(gr, go + entry_bag[k] * dim, entry_factor[k], dim);
+#pragma omp barrier
+#pragma omp single
+    {
+      int64_t position = 0;  // blocks in order, and in a block the threads in the order of their bags
+      for (int64_t block = 0; block < num_blocks; ++block) {
+        block_start[block] = position;
+        for (int u = 0; u < threads; ++u) {
+          const int64_t count = filed[u * num_blocks + block];
+          filed[u * num_blocks + block] = position;
+          position += count;
+        }
+      }
+      block_start[num_blocks] = position;
+      entries.reset(new BlockEntry[position]);
+    }
+    const uint32_t row_mask = (uint32_t{1} << shift) - 1;
+    for (int64_t b = first_bag; b < end_bag; ++b) {
+      int64_t count = 0;
+      for (int64_t j = bags.offsets[b]; j < bags.offsets[b + 1]; ++j) count += !bags.Skipped(j);
+      const float scale = mode == kMean && count > 0 ? 1.0f / static_cast<float>(count) : 1.0f;
+      for (int64_t j = bags.offsets[b]; j < bags.offsets[b + 1]; ++j) {
+        if (bags.Skipped(j)) continue;
+        const int64_t row = bags.index[j];
+        entries[mine[row >> shift]++] = {b, static_cast<uint32_t>(row) & row_mask,
+                                         (bags.weights != nullptr ? bags.weights[j] : 1.0f) * scale};
+      }
+    }
+#pragma omp barrier
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t block = 0; block < num_blocks; ++block) {
+      float* block_rows = g + (block << shift) * dim;
+      std::fill(block_rows, g + std::min(num_rows, (block + 1) << shift) * dim, 0.0f);
+      const int64_t end = block_start[block + 1];
+      for (int64_t k = block_start[block]; k < end; ++k) {
+        if (k + kPrefetchDistance < end) Prefetch(go + entries[k + kPrefetchDistance].bag * dim, 4 * dim);
+        AddWeightedRow(block_rows + entries[k].row * dim, go + entries[k].bag * dim, entries[k].factor, dim);
+      }
     }
   }
   return {grad_rows};

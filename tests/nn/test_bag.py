@@ -112,6 +112,36 @@ def test_the_gradient_is_the_dense_references_and_holds_each_row_once_in_order(p
     np.testing.assert_allclose(dense, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_a_large_batchs_gradient_adds_each_rows_entries_in_their_order(mode):
+    """Many blocks of gradient rows and threads: each distinct row's gradient is its entries' products
+    added in the order of the entries, bit for bit (numpy's add.at adds in that order)."""
+    rows, dim, bags = 30_000, 6, 4_000
+    rng = np.random.default_rng(6)
+    lengths = rng.integers(0, 12, bags)
+    ids = rng.integers(0, rows, lengths.sum()).astype(np.int64)
+    ids[rng.random(ids.size) < 0.05] = 0  # padding entries, skipped
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    weights = rng.uniform(0.5, 2.0, ids.size).astype(np.float32) if mode == "sum" else None
+    bag = EmbeddingBag(rows, dim, mode, padding_idx=0, init_std=0.5)
+    upstream = rng.normal(size=(bags, dim)).astype(np.float32)
+    out = bag(paddle.to_tensor(ids), paddle.to_tensor(starts),
+              None if weights is None else paddle.to_tensor(weights))
+    (out * paddle.to_tensor(upstream)).sum().backward()
+    bag_of = np.repeat(np.arange(bags), lengths)
+    kept = ids != 0
+    counts = np.bincount(bag_of[kept], minlength=bags).astype(np.float32)
+    factor = (np.ones(ids.size, np.float32) if weights is None else weights)
+    if mode == "mean":
+        factor = factor * (np.float32(1) / np.maximum(counts, 1))[bag_of]
+    expected = np.zeros((rows, dim), np.float32)
+    np.add.at(expected, ids[kept], factor[kept, None] * upstream[bag_of[kept]])
+    grad = bag.table.weight._grad_ivar()
+    row_ids = np.array(grad.rows())
+    assert (np.diff(row_ids) > 0).all() and set(row_ids) == set(ids)
+    np.testing.assert_array_equal(grad._get_tensor_from_selected_rows().numpy(), expected[row_ids])
+
+
 def test_training_steps_equal_a_lookup_then_pooling_with_lazy_adam():
     paddle.seed(5)
     bag = EmbeddingBag(N, D, "mean", padding_idx=0, init_std=0.5)

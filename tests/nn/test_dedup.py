@@ -19,7 +19,7 @@ def kernel(request, monkeypatch):
     return request.param
 
 
-@pytest.mark.parametrize("shape", [(0,), (7,), (64, 5), (3, 4, 2)])
+@pytest.mark.parametrize("shape", [(0,), (7,), (64, 5), (3, 4, 2), (300, 700)])  # the last: threads
 @pytest.mark.parametrize("spread", ["narrow", "wide"])  # the kernel's bitmap over the ids' span, or its hash table
 def test_unique_ids_are_sorted_and_index_every_id(kernel, shape, spread):
     ids = np.random.default_rng(0).zipf(1.3, shape) % 50 - 10  # negatives too
