@@ -8,6 +8,8 @@ PY := $(VENV)/bin/python
 PY3 := $(VENV3)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt setup.py | cksum | cut -d' ' -f1)
 STAMP3 := $(VENV3)/.installed-$(shell cat requirements-paddle3.txt setup.py | cksum | cut -d' ' -f1)
+# the suite runs in one worker process per core (pytest-xdist), each test file in one worker
+PYTEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 PYTEST_ARGS ?=
 
 .PHONY: setup setup-paddle3 setup-peers data kernels demo test test-paddle26 test-paddle3 clean
@@ -55,11 +57,11 @@ demo: data kernels
 test: test-paddle26 test-paddle3
 
 test-paddle26: data kernels $(TEST_STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS) tests
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS) tests
 
 test-paddle3: data $(STAMP3)
 	$(PY3) -m paddle_edo.kernels
-	$(PY3) -m pytest -q $(PYTEST_ARGS) tests
+	$(PY3) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS) tests
 
 clean:
 	rm -rf $(VENV) $(VENV3) $(VENV_PEERS) output .pytest_cache

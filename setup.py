@@ -31,7 +31,7 @@ setup(
         "paddle3": ["paddlepaddle>=3.0"],  # everything but parameter servers (CPU wheels from 3.1.1 on lack them)
         "cpu": ["paddlepaddle==2.6.2", "numpy<2", "protobuf<5"],  # the old names of the paddle26 extras
         "gpu": ["paddlepaddle-gpu==2.6.2", "numpy<2", "protobuf<5"],
-        "test": ["pytest>=7"],
+        "test": ["pytest>=7", "pytest-xdist>=3"],
         "faiss": ["faiss-cpu"],  # ClusteredEmbedding's K-Means runs on faiss when present, numpy otherwise
         # tools/serve_tables.py's HTTP service (paddle_edo.serving.create_app)
         "serving": ["starlette>=0.37", "uvicorn>=0.29", "faiss-cpu"],
