@@ -364,7 +364,7 @@ std::vector<paddle::Tensor> BagPoolGrad(const paddle::Tensor& rows, const paddle
   CheckedFp32Rows(rows);
   const Bags bags = Check(rows.shape()[0], rows.shape()[1], index, ids, offsets, weights, has_padding, padding_idx);
   const int64_t dim = bags.dim, num_rows = bags.num_rows;
-  paddle::Tensor grad_rows = EmptyOutput({num_rows, dim}, paddle::DataType::FLOAT32);
+  paddle::Tensor grad_rows = edo::EmptyOutput({num_rows, dim}, paddle::DataType::FLOAT32);
   float* g = grad_rows.data<float>();
   const float* go = grad_out.data<float>();
   if (mode == kMax) {

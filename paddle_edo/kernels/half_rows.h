@@ -53,16 +53,17 @@ __attribute__((target("avx2"))) inline __m128i HalfLanes(__m256 x) {
   if (kHalf == kHalfBf16) {
     half = _mm256_srli_epi32(_mm256_add_epi32(magnitude, _mm256_set1_epi32(0x8000)), 16);
   } else {
-    const __m256i normal = _mm256_add_epi32(
-        _mm256_sub_epi32(_mm256_srli_epi32(magnitude, 13), _mm256_set1_epi32(kFp16ExponentShift)),
-        _mm256_and_si256(_mm256_srli_epi32(magnitude, 12), _mm256_set1_epi32(1)));
-    const __m256 units = _mm256_mul_ps(_mm256_castsi256_ps(magnitude), _mm256_set1_ps(16777216.0f));
-    const __m256 whole = _mm256_round_ps(units, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m256 up = _mm256_and_ps(_mm256_cmp_ps(_mm256_sub_ps(units, whole), _mm256_set1_ps(0.5f), _CMP_GE_OQ),
-                                    _mm256_set1_ps(1.0f));
-    const __m256i subnormal = _mm256_cvttps_epi32(_mm256_add_ps(whole, up));
+    // (m >> 13) plus bit 12 of m, as one carry: (m + 2^12) >> 13
+    half = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_add_epi32(magnitude, _mm256_set1_epi32(0x1000)), 13),
+                            _mm256_set1_epi32(kFp16ExponentShift));
     const __m256i is_normal = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(kSmallestNormalFp16Bits - 1));
-    half = _mm256_blendv_epi8(subnormal, normal, is_normal);
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(is_normal)) != 0xFF) {  // zeros and fp16 subnormals: rare
+      const __m256 units = _mm256_mul_ps(_mm256_castsi256_ps(magnitude), _mm256_set1_ps(16777216.0f));
+      const __m256 whole = _mm256_round_ps(units, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __m256 up = _mm256_and_ps(_mm256_cmp_ps(_mm256_sub_ps(units, whole), _mm256_set1_ps(0.5f), _CMP_GE_OQ),
+                                      _mm256_set1_ps(1.0f));
+      half = _mm256_blendv_epi8(_mm256_cvttps_epi32(_mm256_add_ps(whole, up)), half, is_normal);
+    }
   }
   const __m256i packed = _mm256_packus_epi32(_mm256_or_si256(half, sign), _mm256_setzero_si256());
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));  // the low halves of both lanes

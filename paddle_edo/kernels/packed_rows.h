@@ -3,13 +3,13 @@
 #pragma once
 
 #include <immintrin.h>
-#include <sys/mman.h>
 
 #include <array>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "huge_pages.h"
 #include "paddle/extension.h"
 
 namespace {
@@ -66,22 +66,6 @@ inline void Prefetch(const void* row, int64_t bytes) {
   for (uintptr_t line = start & ~uintptr_t{63}; line < start + bytes; line += 64) {
     __builtin_prefetch(reinterpret_cast<const void*>(line));
   }
-}
-
-// An output of a kernel, allocated by Paddle. Past 32 MiB, glibc maps such a buffer afresh on every call
-// and unmaps it when it is freed, so each of its 4 KiB pages faults when first written (225 MB of a
-// training batch's row gradients: 55,000 faults). Advising transparent huge pages, where the system
-// lets a process ask for them, makes that one fault each 2 MiB; smaller buffers are left as they are.
-inline paddle::Tensor EmptyOutput(const std::vector<int64_t>& shape, paddle::DataType dtype) {
-  paddle::Tensor out = paddle::empty(shape, dtype, paddle::CPUPlace());
-  constexpr uintptr_t kHugePage = uintptr_t{1} << 21;
-  const uintptr_t start = reinterpret_cast<uintptr_t>(out.data());
-  const uintptr_t end = start + out.numel() * phi::SizeOf(dtype);
-  const uintptr_t first = (start + kHugePage - 1) & ~(kHugePage - 1), last = end & ~(kHugePage - 1);
-  if (end - start >= (uintptr_t{32} << 20) && last > first) {
-    madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);  // advice: refused, nothing changes
-  }
-  return out;
 }
 
 // The same for a span whose size is known when compiling: a prefetch each 64 bytes, unrolled, and one of
@@ -288,6 +272,7 @@ class PackedTable {
       static const bool f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
       convert_ = format == kBf16 ? Bf16Row : (f16c ? Fp16RowF16C : Fp16RowPortable);
       row_bytes_ = 2 * dim;
+      edo::PlaceTableOnHugePages(half_, sizeof(uint16_t) * rows_ * dim);
       return;
     }
     const Layout layout = LayoutOf(format);
@@ -303,6 +288,8 @@ class PackedTable {
     row_bytes_ = codes.shape()[1];
     params_ = reinterpret_cast<const uint16_t*>(params.data<paddle::float16>());
     byte_table_ = CachedByteTable(format);
+    edo::PlaceTableOnHugePages(codes_, rows_ * row_bytes_);
+    edo::PlaceTableOnHugePages(params_, sizeof(uint16_t) * rows_ * params_per_row_);
   }
 
   int64_t rows() const { return rows_; }
