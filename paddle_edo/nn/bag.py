@@ -18,7 +18,7 @@ import paddle
 from ..compat import dynamic_graph_under_sot
 from ..errors import EdoTypeError, EdoValueError
 from ..kernels import fused_ops, ids_checked_by_kernel, kernels_serve
-from .base import ID_DTYPES, CompositeEmbedding, EmbeddingBase, dtype_name, int64_ids
+from .base import ID_DTYPES, CompositeEmbedding, EmbeddingBase, dtype_name, int64_ids, known_empty
 from .dedup import distinct_rows, unique_ids
 from .dense import DenseEmbedding, given_or_dense_table
 from .quantized import FORMAT_NUMBERS, QuantizedEmbedding
@@ -47,7 +47,7 @@ def pooled_lookup(table: EmbeddingBase, ids: paddle.Tensor, offsets: paddle.Tens
         raise EdoValueError(f"{owner}: ids of shape {list(ids.shape)} need offsets, or a padded shape [..., L]")
     if offsets is not None:
         _check_offsets(ids, offsets, owner)
-    if paddle.in_dynamic_mode() and 0 in ids.shape:
+    if known_empty(ids):
         bags = list(ids.shape[:-1]) if offsets is None else [offsets.shape[0]]
         return paddle.zeros([*bags, table.embedding_dim], dtype="float32")
     if _native_kernel_serves(table, ids, per_sample_weights):

@@ -22,6 +22,14 @@ def int64_ids(ids: paddle.Tensor) -> paddle.Tensor:
     return ids if ids.dtype == paddle.int64 else ids.astype("int64")
 
 
+@paddle.jit.not_to_static
+def known_empty(ids: paddle.Tensor) -> bool:
+    """Whether ``ids`` holds no ids by its shape: in dynamic graph, or traced into a program with a zero
+    dimension (a whole-graph trace of an empty batch; a dimension left open is not known to be empty).
+    Kept out of to_static's rewriting, which would turn the shape into a tensor."""
+    return 0 in ids.shape
+
+
 def dtype_name(dtype: Any) -> str:
     """'float32' for paddle.float32 and numpy's float32 alike."""
     return str(dtype).split(".")[-1].lower()
@@ -131,7 +139,7 @@ class EmbeddingBase(paddle.nn.Layer):
     def forward(self, ids: paddle.Tensor) -> paddle.Tensor:
         """ids [...] int32/int64 -> vectors [..., embedding_dim]."""
         self.check_ids(ids)
-        if paddle.in_dynamic_mode() and 0 in ids.shape:
+        if known_empty(ids):
             return self.empty_lookup(ids)
         return self.lookup(ids)
 

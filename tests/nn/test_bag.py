@@ -196,6 +196,13 @@ def test_empty_batches_and_empty_bags(path):
     assert bag(paddle.to_tensor([[4]])).shape == [1, D]
 
 
+@pytest.mark.parametrize("full_graph", [False, True])
+def test_an_empty_batch_of_bags_under_to_static(path, full_graph):
+    static = paddle.jit.to_static(EmbeddingBag(N, D, "sum", padding_idx=0), full_graph=full_graph)
+    out = static(paddle.zeros([0, 4], dtype="int64"))
+    assert out.shape == [0, D] and out.dtype == paddle.float32
+
+
 @pytest.mark.parametrize("mode", ["sum", "max"])
 def test_to_static_and_paddle_inference_serve_the_same_bags(tmp_path, mode):
     from paddle.jit.sot.utils import min_graph_size_guard
