@@ -1,11 +1,12 @@
 """Dygraph training and evaluation: seeded, resumable from atomic checkpoints, with callbacks."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import paddle
@@ -171,18 +172,33 @@ class Engine:
 
     # ----------------------------------------------------------------- train
     def fit(self) -> dict[str, float]:
-        """Train for train.epochs (resuming if asked), then evaluate on the test split."""
-        train = self.config["train"]
+        """Train for train.epochs (resuming if asked), pack the tables for serving, then evaluate on the test
+        split."""
+        with self._training_log():
+            start = self._train_epochs()
+            return self._finish(start)
+
+    def train_epochs(self) -> list[dict[str, Any]]:
+        """Train for train.epochs (resuming if asked) and stop there, tables unpacked and the test split
+        unread (a short run that only compares validation scores): the epochs' logs, ``valid_auc`` among them."""
+        with self._training_log():
+            self._train_epochs()
+        return self.history
+
+    @contextlib.contextmanager
+    def _training_log(self) -> Iterator[None]:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         handler = _attach_log_file(self.output_dir / ("train.log" if self.rank == 0 else f"train.rank{self.rank}.log"))
         try:
             with unique_name.guard(self._names):
-                return self._run(train)
+                yield
         finally:
             logger.removeHandler(handler)
             handler.close()
 
-    def _run(self, train: dict[str, Any]) -> dict[str, float]:
+    def _train_epochs(self) -> float:
+        """The epochs left to train; returns when they started (perf_counter)."""
+        train = self.config["train"]
         (self.output_dir / "config.yaml").write_text(dump_config(self.config), encoding="utf-8")
         self._maybe_resume(train["resume"])
         for cb in self.callbacks:
@@ -204,6 +220,10 @@ class Engine:
                 self.save()
             for cb in self.callbacks:
                 cb.on_epoch_end(self, self.epoch, logs)
+        return start
+
+    def _finish(self, start: float) -> dict[str, float]:
+        """Pack for serving, evaluate on the test split (and extra subsets), tell the callbacks."""
         results = {}
         if unpacked_tables(self.model):
             results.update({f"test_{k}_before_packing": v for k, v in self.evaluate("test").items()})

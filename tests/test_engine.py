@@ -157,6 +157,16 @@ def test_ptq_run_reports_fp32_and_packed_test_metrics(tmp_path):
     assert all(t.dtype == "int8" for t in engine.memory_report().tables)
 
 
+def test_training_the_epochs_alone_leaves_the_tables_unpacked_and_matches_fit(tmp_path):
+    fitted = Engine(quantized_config(tmp_path / "fit", "ptq", storage_format="int8", mode="ptq"))
+    fitted.fit()
+    engine = Engine(quantized_config(tmp_path / "epochs", "ptq", storage_format="int8", mode="ptq"))
+    history = engine.train_epochs()
+    assert [h["valid_auc"] for h in history] == [h["valid_auc"] for h in fitted.history]
+    assert all(t.dtype == "float32" for t in engine.memory_report().tables)
+    assert (tmp_path / "epochs" / "ptq" / "train.log").read_text().count("valid auc") == len(history)
+
+
 def test_low_precision_training_learns_and_resumes_exactly(tmp_path):
     def config(name, **train):
         c = quantized_config(tmp_path, name, storage_format="int8", mode="low_precision")

@@ -409,12 +409,15 @@ class QuantizedEmbedding(EmbeddingBase):
 
 def check_quantizable(weight: paddle.Tensor, fmt: QuantFormat, owner: str) -> None:
     """Refuse NaN / Inf rows, and values beyond fp16 where fp16 holds them (fp16 tables, row parameters)."""
-    values = weight.astype("float32")
+    values = weight if weight.dtype == paddle.float32 else weight.astype("float32")
+    limit = float(np.finfo(np.float32).max) if fmt.name == "bf16" else codecs.FLOAT_MAX["float16"]
+    if values.size == 0 or (max(-float(values.min()), float(values.max())) <= limit
+                            and bool(paddle.isfinite(values).all())):
+        return   # the common case, in two cheap passes; the bad rows are looked for only otherwise
     bad = paddle.nonzero(~paddle.isfinite(values).all(axis=1)).flatten().numpy()
     if bad.size:
         raise EdoValueError(f"{owner}: rows {_rows(bad)} hold NaN or Inf; a table with them cannot be quantized")
     if fmt.name != "bf16":
-        limit = codecs.FLOAT_MAX["float16"]
         big = paddle.nonzero((values.abs() > limit).any(axis=1)).flatten().numpy()
         if big.size:
             raise EdoValueError(f"{owner}: rows {_rows(big)} hold values beyond +-{limit:g}, which {fmt.name} "

@@ -3,7 +3,7 @@ probabilities on a validation sample (Bernoulli KL against the model's own), and
 and AUC."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import paddle
@@ -46,6 +46,7 @@ class Probe:
         elif len(valid) > sample_rows:
             valid = valid.take(np.sort(np.random.default_rng(seed).choice(len(valid), sample_rows, replace=False)))
         self.engine, self.sample = engine, valid
+        self.compacted: dict[str, tuple[np.ndarray, CTRTable]] = {}
         self.labels = valid.labels
         self.reference = engine.predict(valid)
         self.reference_logloss = logloss(self.labels, self.reference)
@@ -56,13 +57,30 @@ class Probe:
                           logloss(self.labels, predictions) - self.reference_logloss,
                           auc(self.labels, predictions) - self.reference_auc)
 
+    def compact(self, field: str) -> tuple[np.ndarray, CTRTable]:
+        """The rows of ``field``'s tables that the sample reads (sorted, padding row 0 first), and the sample
+        with that field's ids renumbered into them: tables of those rows alone predict the sample as the
+        whole tables do, so a change made row by row is measured on them alone."""
+        if field not in self.compacted:
+            ids = self.sample.ids[field]
+            rows = np.unique(np.concatenate([[0], ids.ravel()]))
+            renumbered = {**self.sample.ids, field: np.searchsorted(rows, ids).astype(ids.dtype)}
+            self.compacted[field] = rows, replace(self.sample, ids=renumbered)
+        return self.compacted[field]
+
     def with_table(self, name: str, layer: paddle.nn.Layer) -> Divergence:
         """The divergence of the model with its table ``name`` (as the memory report names it) replaced by
         ``layer``; the model gets its own table back."""
+        return self.with_tables({name: layer})
+
+    def with_tables(self, layers: dict[str, paddle.nn.Layer], sample: CTRTable | None = None) -> Divergence:
+        """The divergence of the model with the tables named in ``layers`` replaced, predicting the sample
+        (or ``sample``: the sample with a field's ids renumbered, as ``compact`` gives it, where ``layers``
+        holds every table of that field); the model gets its own tables back."""
         model = self.engine.model
-        original = dict(model.named_sublayers())[name]
-        swap_sublayers(model, lambda found, _: layer if found == name else None)
+        originals = {name: layer for name, layer in model.named_sublayers() if name in layers}
+        swap_sublayers(model, lambda found, _: layers.get(found))
         try:
-            return self.divergence(self.engine.predict(self.sample))
+            return self.divergence(self.engine.predict(self.sample if sample is None else sample))
         finally:
-            swap_sublayers(model, lambda found, _: original if found == name else None)
+            swap_sublayers(model, lambda found, _: originals.get(found))

@@ -147,7 +147,7 @@ def plan_tables(config: dict[str, Any], budget: int | str | None = None, *, devi
     with tempfile.TemporaryDirectory() as scratch:
         probe = Engine(_short_run(config, _fp32_embedding(embedding), f"{scratch}/probe", PROBE_SHARE),
                        splits=_short_splits(config, splits, PROBE_SHARE), checkpoints=False)
-        probe.fit()
+        probe.train_epochs()
         options = measure_options(probe, allowed, device, sample_rows, progress)
         chosen = choose(options, limit)
         smallest = sum(min(o.bytes for o in table) for table in options.values())
@@ -165,9 +165,9 @@ def plan_tables(config: dict[str, Any], budget: int | str | None = None, *, devi
                 engine = Engine(_short_run(config, _planned_embedding(embedding, picked), f"{scratch}/check{index}",
                                            CHECK_SHARE), splits=_short_splits(config, splits, CHECK_SHARE),
                                 checkpoints=False)
-                engine.fit()
-                check_results.append({"plan": label, "valid_auc": engine.evaluate("valid")["auc"],
-                                      "bytes": engine.memory_report().held_bytes})
+                # the plans' packing costs are measured exactly; a check compares what training recovers
+                check_results.append({"plan": label, "valid_auc": engine.train_epochs()[-1]["valid_auc"],
+                                      "bytes": sum(o.bytes for o in picked.values())})
             best = max(range(len(plans)), key=lambda i: check_results[i]["valid_auc"])
             check_results[best]["chosen"] = True
             chosen = plans[best][1]
@@ -187,14 +187,25 @@ def measure_options(probe: Engine, methods: tuple[str, ...], device: bool, sampl
     reference = Probe(probe, sample_rows)
     frequencies = count_frequencies(probe.splits.train)
     fields = probe.model.table_fields()
+    tables = dict(embedding_layers(probe.model))
+    weights = {name: layer.weight.numpy() for name, layer in tables.items()}
     options = {}
-    for name, layer in embedding_layers(probe.model):
-        weight = layer.weight.numpy()
+    for name in tables:
+        weight = weights[name]
         counts = np.asarray(frequencies[fields[name]], dtype=np.float64)
+        rows, sample = reference.compact(fields[name])
+        # the field's tables cut to the rows the sample reads: where packed candidates are measured
+        compacted = {other: fitted_table({"type": "dense"}, weights[other][rows], counts[rows])
+                     for other, field in fields.items() if field == fields[name] and other != name}
         found, fits = [], {}
         within_fp16 = bool(np.abs(weight).max() < FLOAT_MAX["float16"]) if weight.size else True
         for candidate in table_candidates(len(weight), weight.shape[1], methods, device, within_fp16):
-            found.append(_measure(candidate, weight, counts, name, reference, fits))
+            if candidate.section["type"] == "quantized":   # packing is row by row, and so are its bytes
+                layer = fitted_table(candidate.section, weight[rows], counts[rows])
+                cost = reference.with_tables({**compacted, name: layer}, sample).kl
+                found.append(Option(candidate, held_bytes(layer) // len(rows) * len(weight), max(cost, 0.0)))
+            else:
+                found.append(_measure(candidate, weight, counts, name, reference, fits))
         options[name] = found
         progress(f"plan: {name}: {len(found)} candidates measured")
     return options
