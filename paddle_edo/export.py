@@ -104,10 +104,18 @@ class Predictor:
         self.input_names = self.predictor.get_input_names()
 
     def run(self, inputs: Sequence[np.ndarray]) -> np.ndarray:
-        """Inputs in the order of the exported input specs; returns the first output."""
+        """Inputs in the order of the exported input specs, batch first; returns the first output. An empty
+        batch gets an empty output: the program runs on a batch of one padding row (id 0) and none of its
+        output is kept, since Paddle 2.6.2's programs fail on empty inputs."""
         if len(inputs) != len(self.input_names):
             raise EdoValueError(f"the model takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
                                 f"got {len(inputs)}")
+        if inputs and all(np.ndim(value) and len(value) == 0 for value in inputs):
+            return self._run([np.zeros((1, *np.shape(value)[1:]), dtype=np.asarray(value).dtype)
+                              for value in inputs])[:0]
+        return self._run(inputs)
+
+    def _run(self, inputs: Sequence[np.ndarray]) -> np.ndarray:
         for name, value in zip(self.input_names, inputs):
             handle = self.predictor.get_input_handle(name)
             handle.reshape(list(value.shape))
