@@ -37,7 +37,7 @@ from ..nn.base import embedding_layers
 from ..nn.registry import AUTO
 from ..quant.codecs import FLOAT_MAX
 from ..schema import ConfigError
-from .candidates import Candidate, check_methods, table_candidates
+from .candidates import HASH_FRACTIONS, Candidate, check_methods, table_candidates
 from .choice import Option, choose
 from .divergence import Probe
 from .surrogates import fitted_table
@@ -157,7 +157,8 @@ def plan_tables(config: dict[str, Any], budget: int | str | None = None, *, devi
                               f"{', '.join(allowed)}")
         plans = [("plan", chosen)]
         if checks:
-            plans += _alternatives(options, chosen, limit)
+            rows = {name: layer.num_embeddings for name, layer in embedding_layers(probe.model)}
+            plans += _alternatives(options, chosen, rows, limit)
         check_results = []
         if len(plans) > 1:
             for index, (label, picked) in enumerate(plans):
@@ -223,16 +224,20 @@ def _measure(candidate: Candidate, weight: np.ndarray, counts: np.ndarray, name:
     return Option(candidate, held_bytes(layer), max(reference.with_table(name, layer).kl, 0.0))
 
 
-def _alternatives(options: dict[str, list[Option]], chosen: dict[str, Option], limit: int
+def _alternatives(options: dict[str, list[Option]], chosen: dict[str, Option], rows: dict[str, int], limit: int
                   ) -> list[tuple[str, dict[str, Option]]]:
     """The plan to check the chosen one against, from the other side of the estimate's doubt: without
     row-sharing layers when the chosen plan has them (and one fits); else one that trusts training to
-    recover most of their estimated cost (sharing rows can even help, where most ids are rare)."""
+    recover their cost, every table hashed to the budget (sharing rows can even help, where most ids are
+    rare: the fit's divergence cannot see it, nor that more buckets train better); else, where hashing
+    is not allowed, one that discounts the estimated costs."""
     alternative = None
     if any(o.candidate.estimated for o in chosen.values()):
         alternative = choose({name: [o for o in table if not o.candidate.estimated] for name, table in options.items()},
                              limit)
         label = "without row-sharing layers"
+    if alternative is None:
+        alternative, label = _hashed_to_the_budget(options, chosen, rows, limit)
     if alternative is None:
         discounted = {name: [Option(o.candidate, o.bytes, o.cost * (ESTIMATE_DISCOUNT if o.candidate.estimated else 1))
                              for o in table] for name, table in options.items()}
@@ -242,6 +247,24 @@ def _alternatives(options: dict[str, list[Option]], chosen: dict[str, Option], l
         return []
     return [(label, {name: next(o for o in options[name] if o.candidate == alternative[name].candidate)
                      for name in alternative})]
+
+
+def _hashed_to_the_budget(options: dict[str, list[Option]], chosen: dict[str, Option], rows: dict[str, int],
+                          limit: int) -> tuple[dict[str, Option] | None, str]:
+    """Every table that may hash its ids hashed to the same share of its rows, the largest share (fp32
+    inner tables first, then packed ones) with which the tables fit; the other tables as chosen."""
+    for fraction in HASH_FRACTIONS:
+        for level, inner in enumerate(("fp32", "packed")):
+            plan = dict(chosen)
+            for name, table in options.items():
+                hashed = sorted((o for o in table if o.candidate.method == "hash"
+                                 and o.candidate.section["num_buckets"] == math.ceil(rows[name] * fraction)),
+                                key=lambda o: -o.bytes)
+                if len(hashed) > level:
+                    plan[name] = hashed[level]
+            if plan != chosen and sum(o.bytes for o in plan.values()) <= limit:
+                return plan, f"every table hashed to {fraction:g} of its rows, {inner} inner tables"
+    return None, ""
 
 
 def _fp32_embedding(embedding: dict[str, Any]) -> dict[str, Any]:

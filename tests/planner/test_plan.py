@@ -79,3 +79,26 @@ def test_auto_tables_need_a_budget_and_cannot_be_built_unplanned(tmp_path):
     config = load_config(base={**base, "embedding": {"type": "auto", "budget": "2MiB"}})
     with pytest.raises(ConfigError, match="chosen table by table by the planner"):
         Engine(config)
+
+
+def test_a_plan_without_row_sharing_is_checked_against_every_table_hashed_to_the_budget():
+    from paddle_edo.planner import Candidate, Option
+    from paddle_edo.planner.plan import _alternatives
+
+    def hashed(rows, buckets, inner, cost):
+        return Option(Candidate("hash", f"hash {buckets} {inner}", {"type": "hash", "num_buckets": buckets,
+                                                                     "storage_format": inner}),
+                      buckets * 8 * (4 if inner == "fp32" else 1) + 16, cost)
+
+    fp32, int8 = (Option(Candidate(m, m, {"type": "dense"}), b, c) for m, b, c in (("fp32", 32000, 0.0),
+                                                                                 ("int8", 12000, 1e-6)))
+    small = Option(Candidate("fp32", "fp32", {"type": "dense"}), 1600, 0.0)
+    options = {"a": [fp32, int8, hashed(1000, 250, "fp32", 1e-3), hashed(1000, 250, "int8", 1e-3),
+                     hashed(1000, 100, "fp32", 1e-3), hashed(1000, 100, "int8", 1e-3)],
+               "b": [small]}
+    chosen = {"a": int8, "b": small}
+    limit = 9600          # a's 250 fp32 rows (8016 B) and b's 1,600 B do not fit; its 250 int8 rows do
+    [(label, alternative)] = _alternatives(options, chosen, {"a": 1000, "b": 50}, limit)
+    assert label == "every table hashed to 0.25 of its rows, packed inner tables"
+    assert alternative == {"a": options["a"][3], "b": small}
+    assert _alternatives(options, chosen, {"a": 1000, "b": 50}, 1000) == []   # nothing else fits
