@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import paddle
 import yaml
 
 from ..budget import device_budget, parse_bytes
@@ -155,10 +156,11 @@ def plan_tables(config: dict[str, Any], budget: int | str | None = None, *, devi
             raise ConfigError(f"budget {limit} bytes ({format_bytes(limit)}) is below the smallest plan these tables "
                               f"reach, {smallest} bytes ({format_bytes(smallest)}); allowed methods: "
                               f"{', '.join(allowed)}")
+        names = dict(embedding_layers(probe.model))
         plans = [("plan", chosen)]
         if checks:
-            rows = {name: layer.num_embeddings for name, layer in embedding_layers(probe.model)}
-            plans += _alternatives(options, chosen, rows, limit)
+            plans += _alternatives(options, chosen, {name: layer.num_embeddings for name, layer in names.items()},
+                                   limit)
         check_results = []
         if len(plans) > 1:
             for index, (label, picked) in enumerate(plans):
@@ -172,7 +174,6 @@ def plan_tables(config: dict[str, Any], budget: int | str | None = None, *, devi
             best = max(range(len(plans)), key=lambda i: check_results[i]["valid_auc"])
             check_results[best]["chosen"] = True
             chosen = plans[best][1]
-    names = {name: layer for name, layer in embedding_layers(probe.model)}
     choices = [Choice(name, names[name].num_embeddings, names[name].embedding_dim, o.candidate.label,
                       o.candidate.section, options[name][0].bytes, o.bytes, o.cost, o.candidate.estimated)
                for name, o in chosen.items()]
@@ -189,14 +190,15 @@ def measure_options(probe: Engine, methods: tuple[str, ...], device: bool, sampl
     frequencies = count_frequencies(probe.splits.train)
     fields = probe.model.table_fields()
     tables = dict(embedding_layers(probe.model))
-    weights = {name: layer.weight.numpy() for name, layer in tables.items()}
     options = {}
-    for name in tables:
-        weight = weights[name]
+    for name, table in tables.items():
+        weight = table.weight.numpy()   # one table's copy at a time: the probe's tables may be large
         counts = np.asarray(frequencies[fields[name]], dtype=np.float64)
         rows, sample = reference.compact(fields[name])
-        # the field's tables cut to the rows the sample reads: where packed candidates are measured
-        compacted = {other: fitted_table({"type": "dense"}, weights[other][rows], counts[rows])
+        # the field's tables cut to the rows the sample reads (gathered, not copied whole): where packed
+        # candidates are measured
+        compacted = {other: fitted_table({"type": "dense"}, paddle.gather(tables[other].weight,
+                                                                          paddle.to_tensor(rows)).numpy(), counts[rows])
                      for other, field in fields.items() if field == fields[name] and other != name}
         found, fits = [], {}
         within_fp16 = bool(np.abs(weight).max() < FLOAT_MAX["float16"]) if weight.size else True

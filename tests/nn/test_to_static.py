@@ -9,7 +9,7 @@ import numpy as np
 import paddle
 import pytest
 from layer_zoo import DIM, LAYERS, ROWS, STATIC_ONLY
-from paddle.jit.sot.utils import min_graph_size_guard
+from tests.sot_graphs import compile_every_graph
 
 from paddle_edo.data import FieldSpec
 from paddle_edo.export import Predictor, export_model, input_specs
@@ -89,7 +89,7 @@ def test_sot_training_steps_equal_dynamic_graph_bit_for_bit(kind):
     opt_eager, opt_other = optimizer(eager, "adam"), optimizer(other, "adam")
     static = convert(other, "sot")
     before = {name: value.numpy().copy() for name, value in other.table.state_dict().items()}
-    with min_graph_size_guard(0):
+    with compile_every_graph():
         for ids in batches():
             np.testing.assert_array_equal(train_step(other, static, opt_other, ids),
                                           train_step(eager, eager, opt_eager, ids))
@@ -139,7 +139,7 @@ def test_inference_equals_dynamic_graph(kind, mode, with_spec):
     if kind == "cached" and mode == "full_graph":
         uncache(other)
     static = convert(other, mode, with_spec)
-    with paddle.no_grad(), min_graph_size_guard(0):
+    with paddle.no_grad(), compile_every_graph():
         for ids in batches(2):
             expected = eager(ids).numpy()
             if kind.startswith("quantized") and kind != "quantized_qat":
@@ -156,7 +156,7 @@ def test_jit_save_after_either_mode_serves_in_paddle_inference(tmp_path, kind, m
     uncache(other)
     static = convert(other, mode, with_spec=True)
     ids = batches(1)[0]
-    with paddle.no_grad(), min_graph_size_guard(0):
+    with paddle.no_grad(), compile_every_graph():
         static(ids)
         paddle.jit.save(static, str(tmp_path / "model"), input_spec=spec())
         expected = eager(ids).numpy()
@@ -198,7 +198,7 @@ def test_empty_single_and_all_padding_batches(kind, mode, shape):
         table.train() if training else table.eval()
         if mode == "full_graph" and training:
             continue  # whole-graph training steps: test_full_graph_training_steps_train_the_tables
-        with min_graph_size_guard(0):
+        with compile_every_graph():
             out = run(ids)
         assert out.shape == [*shape, DIM] and out.dtype == paddle.float32
         if shape == [4, 3] and kind != "clustered":  # every id is the padding id 0 (clustered: no padding)
@@ -210,7 +210,7 @@ def test_out_of_range_ids_are_refused_naming_the_layer_in_every_dynamic_mode(mod
     table = DenseEmbedding(ROWS, DIM)
     run = table if mode == "dygraph" else convert(table, "sot")
     with pytest.raises(IndexError, match=f"{table.full_name()}: id {ROWS} is out of range"):
-        with min_graph_size_guard(0):
+        with compile_every_graph():
             run(paddle.to_tensor([[1, ROWS]]))
 
 
