@@ -55,7 +55,8 @@ std::vector<paddle::Tensor> QuantizedLookup(const paddle::Tensor& ids, const pad
   return {out};
 }
 
-// The same rows as fp16 or bf16 (kHalf), each decoded into a scratch row and rounded as it is written.
+// The same rows as fp16 or bf16 (kHalf), each decoded into a scratch row and rounded as it is written; a
+// table stored in that format gives its rows' bits (rounding a value of the format to it is the identity).
 template <int kHalf>
 std::vector<paddle::Tensor> QuantizedLookupHalf(const paddle::Tensor& ids, const paddle::Tensor& codes,
                                                 const paddle::Tensor& params, int format, int64_t dim,
@@ -69,6 +70,18 @@ std::vector<paddle::Tensor> QuantizedLookupHalf(const paddle::Tensor& ids, const
   uint16_t* o = fp16 ? reinterpret_cast<uint16_t*>(out.data<paddle::float16>())
                      : reinterpret_cast<uint16_t*>(out.data<paddle::bfloat16>());
   const HalfRowFn write_row = HalfRowWriter(kHalf);
+  if (format == (fp16 ? kFp16 : kBf16)) {  // a table in the output's own format: its rows as they are
+#pragma omp parallel for if (n > kParallelLookups)
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + kPrefetchDistance < n) table.PrefetchRow(id[i + kPrefetchDistance]);
+      if (has_padding && id[i] == padding_idx) {
+        std::memset(o + i * dim, 0, sizeof(uint16_t) * dim);
+      } else {
+        std::memcpy(o + i * dim, table.half() + id[i] * dim, sizeof(uint16_t) * dim);
+      }
+    }
+    return {out};
+  }
 #pragma omp parallel if (n > kParallelLookups)
   {
     std::vector<float> scratch(dim);

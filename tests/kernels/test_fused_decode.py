@@ -258,3 +258,33 @@ def test_half_outputs_round_trip_through_to_static_and_paddle_inference(tmp_path
     for prefix in ("plain", "fused"):
         served = Predictor(tmp_path / prefix, device="cpu").run([ids])
         np.testing.assert_array_equal(served, eager, err_msg=prefix)
+
+
+def test_fp16_outputs_round_ties_away_from_zero_in_every_binade(monkeypatch):
+    # values exactly halfway between two fp16 values, which F16C's conversion alone would round to even
+    table = packed_table("int8", 4, 64)
+    codes = np.zeros((4, 64), np.int8)
+    codes[1] = np.arange(0, 64)                    # (c + 128) 2^-7 + 2^-11: ties in [1, 1.5)
+    codes[2] = np.arange(64, 128)                  # and, with a negative scale, in (-2, -1.5]
+    codes[3] = np.arange(-128, -64)                # below 1: fp16 holds them exactly
+    params = np.array([[1, 0], [2 ** -7, 2 ** -11], [-2 ** -7, -2 ** -11], [2 ** -7, 2 ** -11]], np.float16)
+    with paddle.no_grad():
+        table.codes.set_value(paddle.to_tensor(codes))
+        table.row_params.set_value(paddle.to_tensor(params))
+    subnormal = packed_table("bf16", 3, 64)
+    steps = np.concatenate([np.arange(-64, 0), np.arange(0, 64)]).reshape(2, 64)
+    with paddle.no_grad():                         # m 2^-26: fp16's unit there is 2^-24, ties where m = 2 mod 4
+        subnormal.bf16_codes[1:3] = paddle.to_tensor((steps * 2.0 ** -26).astype(np.float32)).astype("bfloat16")
+    for layer, rows in ((table, [1, 2, 3]), (subnormal, [1, 2])):
+        ids = paddle.to_tensor(np.array(rows, np.int64))
+        with paddle.no_grad():
+            values = layer(ids)
+            layer.output_dtype = "float16"
+            fused = widened(layer(ids))
+        np.testing.assert_array_equal(fused.view(np.uint32),
+                                      widened(codecs.round_to_float(values, "float16")).view(np.uint32))
+        np.testing.assert_array_equal(fused.view(np.uint32), widened(composite(monkeypatch, layer, ids)).view(np.uint32))
+        layer.output_dtype = "float32"
+        nearest_even = values.numpy().astype(np.float16).astype(np.float32)
+        assert (fused != nearest_even).sum() >= 16   # ties that rounding to even would take towards zero
+    assert fused[0, 62] == -2.0 ** -24 and fused[1, 2] == 2.0 ** -24   # -0.5 and 0.5 units: away, not to 0
