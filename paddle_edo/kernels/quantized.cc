@@ -32,6 +32,27 @@ std::vector<int64_t> RowsShape(const std::vector<int64_t>& ids, int64_t dim) {
   return shape;
 }
 
+// Each id's row [dim] of ``out`` written by a writer, write(id, row), the padding id's row zeros; rows
+// prefetched ahead; threads over large batches, each with its own writer from make_writer() (where a writer
+// keeps a scratch row).
+template <typename T, typename MakeWriter>
+void WriteRows(const PackedTable& table, const int64_t* id, int64_t n, int64_t dim, bool has_padding,
+               int64_t padding_idx, T* out, MakeWriter make_writer) {
+#pragma omp parallel if (n > kParallelLookups)
+  {
+    auto write = make_writer();
+#pragma omp for
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + kPrefetchDistance < n) table.PrefetchRow(id[i + kPrefetchDistance]);
+      if (has_padding && id[i] == padding_idx) {
+        std::memset(out + i * dim, 0, sizeof(T) * dim);
+      } else {
+        write(id[i], out + i * dim);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 // ids [...] int64 -> fp32 rows [..., dim] of a packed table (see PackedTable).
@@ -42,16 +63,8 @@ std::vector<paddle::Tensor> QuantizedLookup(const paddle::Tensor& ids, const pad
   const int64_t n = ids.numel();
   const int64_t* id = CheckedIds(ids, table);
   paddle::Tensor out = paddle::empty(RowsShape(ids.shape(), dim), paddle::DataType::FLOAT32, paddle::CPUPlace());
-  float* o = out.data<float>();
-#pragma omp parallel for if (n > kParallelLookups)
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kPrefetchDistance < n) table.PrefetchRow(id[i + kPrefetchDistance]);
-    if (has_padding && id[i] == padding_idx) {
-      std::memset(o + i * dim, 0, sizeof(float) * dim);
-    } else {
-      table.DecodeRow(id[i], o + i * dim);
-    }
-  }
+  WriteRows(table, id, n, dim, has_padding, padding_idx, out.data<float>(),
+            [&] { return [&](int64_t r, float* row) { table.DecodeRow(r, row); }; });
   return {out};
 }
 
@@ -69,33 +82,19 @@ std::vector<paddle::Tensor> QuantizedLookupHalf(const paddle::Tensor& ids, const
                                      fp16 ? paddle::DataType::FLOAT16 : paddle::DataType::BFLOAT16, paddle::CPUPlace());
   uint16_t* o = fp16 ? reinterpret_cast<uint16_t*>(out.data<paddle::float16>())
                      : reinterpret_cast<uint16_t*>(out.data<paddle::bfloat16>());
-  const HalfRowFn write_row = HalfRowWriter(kHalf);
   if (format == (fp16 ? kFp16 : kBf16)) {  // a table in the output's own format: its rows as they are
-#pragma omp parallel for if (n > kParallelLookups)
-    for (int64_t i = 0; i < n; ++i) {
-      if (i + kPrefetchDistance < n) table.PrefetchRow(id[i + kPrefetchDistance]);
-      if (has_padding && id[i] == padding_idx) {
-        std::memset(o + i * dim, 0, sizeof(uint16_t) * dim);
-      } else {
-        std::memcpy(o + i * dim, table.half() + id[i] * dim, sizeof(uint16_t) * dim);
-      }
-    }
+    WriteRows(table, id, n, dim, has_padding, padding_idx, o, [&] {
+      return [&](int64_t r, uint16_t* row) { std::memcpy(row, table.half() + r * dim, sizeof(uint16_t) * dim); };
+    });
     return {out};
   }
-#pragma omp parallel if (n > kParallelLookups)
-  {
-    std::vector<float> scratch(dim);
-#pragma omp for
-    for (int64_t i = 0; i < n; ++i) {
-      if (i + kPrefetchDistance < n) table.PrefetchRow(id[i + kPrefetchDistance]);
-      if (has_padding && id[i] == padding_idx) {
-        std::memset(o + i * dim, 0, sizeof(uint16_t) * dim);
-      } else {
-        table.DecodeRow(id[i], scratch.data());
-        write_row(scratch.data(), dim, o + i * dim);
-      }
-    }
-  }
+  const HalfRowFn write_row = HalfRowWriter(kHalf);
+  WriteRows(table, id, n, dim, has_padding, padding_idx, o, [&] {
+    return [&, scratch = std::vector<float>(dim)](int64_t r, uint16_t* row) mutable {
+      table.DecodeRow(r, scratch.data());
+      write_row(scratch.data(), dim, row);
+    };
+  });
   return {out};
 }
 
