@@ -12,6 +12,8 @@ Inference.
 The extension is compiled at first use (about 20 s, once per machine and version of these sources: it
 is kept under ~/.cache/paddle_extensions) and needs a C++ compiler; without one, or with
 PADDLE_EDO_FUSED_KERNELS=0, every layer keeps its composite path and the monitor its numpy path.
+PADDLE_EDO_MAX_CPU_ISA (avx512, avx2 or portable) caps the instruction set the kernels use (cpu_isa.h):
+each narrower path gives the same bits, and can be run on a machine that has the widest.
 """
 from __future__ import annotations
 
@@ -30,16 +32,17 @@ from typing import Iterator
 import numpy as np
 import paddle
 
-from ..errors import EdoIndexError
+from ..errors import EdoIndexError, EdoValueError
 
 logger = logging.getLogger("paddle_edo")
 
 SOURCES = [Path(__file__).with_name(name)
            for name in ("lookups.cc", "quantized.cc", "bags.cc", "fake_quant.cc", "unique_ids.cc", "row_norms.cc")]
 HEADERS = [Path(__file__).with_name(name)  # included by the sources: part of a build's key
-           for name in ("packed_rows.h", "half_rows.h", "huge_pages.h")]
+           for name in ("packed_rows.h", "half_rows.h", "huge_pages.h", "cpu_isa.h")]
 NAME = "paddle_edo_lookups"
 FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]  # no fused multiply-adds: the composite ops' exact roundings
+CPU_ISAS = ("avx512", "avx2", "portable")  # PADDLE_EDO_MAX_CPU_ISA's values, widest first
 _loaded: dict[str, tuple[ModuleType, Path] | None] = {}
 _C_FUNCTIONS = {  # row_norms.cc's functions: (result, argument types)
     "edo_summarize_groups": (ctypes.c_int64, [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 11]),
@@ -91,6 +94,9 @@ def _build() -> tuple[ModuleType, Path] | None:
     build is kept under a name that carries its key instead.)"""
     if os.environ.get("PADDLE_EDO_FUSED_KERNELS", "1") == "0":
         return None
+    isa = os.environ.get("PADDLE_EDO_MAX_CPU_ISA")
+    if isa is not None and isa not in CPU_ISAS:
+        raise EdoValueError(f"PADDLE_EDO_MAX_CPU_ISA={isa!r}: expected one of {', '.join(CPU_ISAS)}")
     from paddle.utils.cpp_extension import load
     from paddle.utils.cpp_extension.extension_utils import _import_module_from_library, get_build_directory
 

@@ -262,8 +262,7 @@ void SumBagAvx2(const Bags& bags, const Source& source, int mode, int64_t b, flo
 
 // Whether the register path pools these bags: sums and means, whole 8-lane rows, AVX2 and F16C.
 bool RegisterPathServes(int mode, int64_t dim) {
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  return avx2 && mode != kMax && dim % 8 == 0 && dim > 0;
+  return edo::HasAvx2() && mode != kMax && dim % 8 == 0 && dim > 0;
 }
 
 template <typename Source>

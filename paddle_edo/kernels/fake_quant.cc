@@ -11,6 +11,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cpu_isa.h"
 #include "paddle/extension.h"
 
 namespace {
@@ -112,7 +113,7 @@ __attribute__((target("avx2"))) double SquaredErrorAvx2(const float* row, int64_
 }
 
 double SquaredError(const float* row, int64_t dim, double scale, double bias, int levels, double* digits) {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
+  const bool avx2 = edo::HasAvx2();
   return avx2 ? SquaredErrorAvx2(row, dim, scale, bias, levels, digits)
               : SquaredErrorFrom(row, 0, dim, scale, bias, levels, digits);
 }
@@ -162,7 +163,7 @@ __attribute__((target("avx2"))) Moments MomentsAvx2(const float* row, const doub
 }
 
 Moments RowMoments(const float* row, const double* digits, int64_t dim, double mean_x) {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
+  const bool avx2 = edo::HasAvx2();
   return avx2 ? MomentsAvx2(row, digits, dim, mean_x) : MomentsPortable(row, digits, dim, mean_x);
 }
 
@@ -246,7 +247,7 @@ __attribute__((target("avx2"))) void FakeQuantizeIntRowAvx2(const float* row, in
 }
 
 void FakeQuantizeIntRow(const float* row, int64_t dim, int levels, float scale_fp32, float bias_fp32, float* out) {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
+  const bool avx2 = edo::HasAvx2();
   if (avx2) {
     FakeQuantizeIntRowAvx2(row, dim, levels, scale_fp32, bias_fp32, out);
   } else {

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu_isa.h"
+
 namespace {
 
 enum HalfFormat { kHalfFp16 = 0, kHalfBf16 = 1 };
@@ -95,7 +97,7 @@ void HalfRowPortable(const float* row, int64_t dim, uint16_t* out) {
 using HalfRowFn = void (*)(const float* row, int64_t dim, uint16_t* out);
 
 inline HalfRowFn HalfRowWriter(int half_format) {
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  const bool avx2 = edo::HasAvx2();
   if (half_format == kHalfFp16) return avx2 ? HalfRowAvx2<kHalfFp16> : HalfRowPortable<kHalfFp16>;
   return avx2 ? HalfRowAvx2<kHalfBf16> : HalfRowPortable<kHalfBf16>;
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu_isa.h"
 #include "huge_pages.h"
 #include "paddle/extension.h"
 
@@ -217,6 +218,70 @@ __attribute__((target("avx2,f16c"))) void BitCodesRowAvx2(const int8_t* src, con
   }
 }
 
+// Sixteen int4 or int2 digits (8 or 4 bytes) as int32 lane indices whose low four bits pick each digit's
+// lane of a row's values (Int4Values / Int2Values), digit k of a byte at bits k * kBits of it, as the byte
+// table reads it. The bits above them are left as they come: the permutation reads only those four.
+template <int kBits>
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i SixteenIndices(const int8_t* codes) {
+  if constexpr (kBits == 4) {  // each byte's low nibble, then its high one (a 16-bit shift brings it down)
+    const __m128i bytes = _mm_xor_si128(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)), _mm_set1_epi8(-128));
+    return _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(bytes, _mm_srli_epi16(bytes, 4)));
+  } else {  // one 32-bit word holds the sixteen digits: per-lane shifts; lane value mod 4 is the digit
+    uint32_t word = 0;
+    std::memcpy(&word, codes, 4);
+    const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    return _mm512_srlv_epi32(_mm512_set1_epi32(word ^ 0x80808080u), shifts);
+  }
+}
+
+// A row's values by lane index, as BitLanes computes them: level * scale + bias, rounded apart. int2's
+// level is the index mod 4.
+template <int kBits>
+__attribute__((target("avx512f"), always_inline)) inline __m512 RowValues(float scale, float bias) {
+  const __m512 levels = kBits == 4 ? _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+                                   : _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+  return _mm512_add_ps(_mm512_mul_ps(levels, _mm512_set1_ps(scale)), _mm512_set1_ps(bias));
+}
+
+// BitCodesRowAvx2's values sixteen at a time, with the same bits: each digit's lane of the row's values
+// (RowValues), by a lane permutation; binary digits pick the scale or its negation (level -1 or 1 times
+// the scale) by a lane mask. int4 rows take 64 values from 32 bytes at once where they can. The last
+// fewer than sixteen as BitCodesRowAvx2 decodes them.
+template <int kBits, bool kSymmetric>
+__attribute__((target("avx2,f16c,avx512f,avx512bw"))) void BitCodesRowAvx512(const int8_t* src, const uint16_t* params,
+                                                                              const float* byte_table, int64_t dim,
+                                                                              float* row) {
+  const float scale = HalfF16C(params);
+  int64_t j = 0;
+  if constexpr (kBits == 1) {
+    const __m512 plus = _mm512_set1_ps(scale), minus = _mm512_set1_ps(-1.0f * scale);
+    for (; j + 16 <= dim; j += 16) {
+      uint16_t digits = 0;
+      std::memcpy(&digits, src + j / 8, 2);
+      _mm512_storeu_ps(row + j, _mm512_mask_blend_ps(static_cast<__mmask16>(digits ^ 0x8080u), minus, plus));
+    }
+  } else {
+    const __m512 values = RowValues<kBits>(scale, HalfF16C(params + 1));
+    if constexpr (kBits == 4) {
+      for (; j + 64 <= dim; j += 64) {  // bytes 0-7 and 16-23 interleave into one register, 8-15 and 24-31 the other
+        const __m256i bytes = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j / 2)),
+                                               _mm256_set1_epi8(-128));
+        const __m256i high = _mm256_srli_epi16(bytes, 4);
+        const __m256i first = _mm256_unpacklo_epi8(bytes, high), second = _mm256_unpackhi_epi8(bytes, high);
+        const __m128i quarters[4] = {_mm256_castsi256_si128(first), _mm256_castsi256_si128(second),
+                                     _mm256_extracti128_si256(first, 1), _mm256_extracti128_si256(second, 1)};
+        for (int q = 0; q < 4; ++q) {
+          _mm512_storeu_ps(row + j + 16 * q, _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(quarters[q]), values));
+        }
+      }
+    }
+    for (; j + 16 <= dim; j += 16) {
+      _mm512_storeu_ps(row + j, _mm512_permutexvar_ps(SixteenIndices<kBits>(src + j * kBits / 8), values));
+    }
+  }
+  if (j < dim) BitCodesRowAvx2<kBits, kSymmetric>(src + j * kBits / 8, params, byte_table, dim - j, row + j);
+}
+
 // Ternary levels as int8, eight a byte (its five digits, then three zeros): one 8-lane load a byte.
 std::vector<int8_t> TernaryLevels() {
   const std::vector<float> levels = ByteTable(kTernary);
@@ -243,14 +308,13 @@ __attribute__((target("avx2,f16c"))) void TernaryRowAvx2(const int8_t* src, cons
 }
 
 CodeRowFn CodeRowDecoder(int format) {
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
+  const bool avx2 = edo::HasAvx2(), avx512 = edo::HasAvx512();
   switch (format) {
     case kInt8: return avx512 ? Int8RowAvx512 : avx2 ? Int8RowAvx2 : Int8RowPortable;
-    case kInt4: return avx2 ? BitCodesRowAvx2<4, false> : SubByteRowPortable<2, false>;
-    case kInt2: return avx2 ? BitCodesRowAvx2<2, false> : SubByteRowPortable<4, false>;
+    case kInt4: return avx512 ? BitCodesRowAvx512<4, false> : avx2 ? BitCodesRowAvx2<4, false> : SubByteRowPortable<2, false>;
+    case kInt2: return avx512 ? BitCodesRowAvx512<2, false> : avx2 ? BitCodesRowAvx2<2, false> : SubByteRowPortable<4, false>;
     case kTernary: return avx2 ? TernaryRowAvx2 : SubByteRowPortable<5, true>;
-    default: return avx2 ? BitCodesRowAvx2<1, true> : SubByteRowPortable<8, true>;
+    default: return avx512 ? BitCodesRowAvx512<1, true> : avx2 ? BitCodesRowAvx2<1, true> : SubByteRowPortable<8, true>;
   }
 }
 
@@ -269,8 +333,7 @@ class PackedTable {
                "a ", format == kFp16 ? "fp16" : "bf16", " table must be ", format == kFp16 ? "float16" : "bfloat16");
       half_ = format == kFp16 ? reinterpret_cast<const uint16_t*>(codes.data<paddle::float16>())
                               : reinterpret_cast<const uint16_t*>(codes.data<paddle::bfloat16>());
-      static const bool f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-      convert_ = format == kBf16 ? Bf16Row : (f16c ? Fp16RowF16C : Fp16RowPortable);
+      convert_ = format == kBf16 ? Bf16Row : (edo::HasAvx2() ? Fp16RowF16C : Fp16RowPortable);
       row_bytes_ = 2 * dim;
       edo::PlaceTableOnHugePages(half_, sizeof(uint16_t) * rows_ * dim);
       return;

@@ -28,7 +28,8 @@ def packed_table(dtype, rows, dim, padding_idx=0, seed=0):
     return QuantizedEmbedding.from_embedding(dense, dtype)
 
 
-@pytest.mark.parametrize("dim", [64, 37, 13, 7, 1])  # eight-lane decoders, their tails, and tails alone
+@pytest.mark.parametrize("dim", [144, 64, 37, 13, 7, 1])  # int4 64 at a time, sixteen- and eight-lane
+# decoders, their tails, and tails alone
 @pytest.mark.parametrize("dtype", list(FORMATS))
 def test_fused_decode_equals_the_composite_decode_bit_for_bit(monkeypatch, dtype, dim):
     assert kernels.fused_ops() is not None  # built by `make test`
