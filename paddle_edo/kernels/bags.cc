@@ -20,6 +20,7 @@ enum Mode { kSum = 0, kMean = 1, kMax = 2 };
 
 constexpr int64_t kPrefetchDistance = 16;
 constexpr int64_t kParallelBags = 256;
+constexpr int64_t kParallelChecks = 1 << 16;
 
 struct Bags {
   int64_t num_rows, dim;
@@ -72,10 +73,13 @@ Bags Check(int64_t num_rows, int64_t dim, const paddle::Tensor& index, const pad
   for (int64_t b = 0; b < bags.num_bags; ++b) {
     PD_CHECK(bags.offsets[b] <= bags.offsets[b + 1], "offsets must not decrease (bag ", b, ")");
   }
-  for (int64_t j = 0; j < bags.num_entries; ++j) {  // before any read
-    PD_CHECK(bags.Skipped(j) || (bags.index[j] >= 0 && bags.index[j] < bags.num_rows), "entry ", j, ": row ",
-             bags.index[j], " is outside [0, ", bags.num_rows, ")");
+  int64_t first_bad = bags.num_entries;  // before any read
+#pragma omp parallel for reduction(min : first_bad) if (bags.num_entries > kParallelChecks)
+  for (int64_t j = 0; j < bags.num_entries; ++j) {
+    if (!bags.Skipped(j) && (bags.index[j] < 0 || bags.index[j] >= bags.num_rows)) first_bad = std::min(first_bad, j);
   }
+  PD_CHECK(first_bad == bags.num_entries, "entry ", first_bad, ": row ", bags.index[first_bad],
+           " is outside [0, ", bags.num_rows, ")");
   if (weights.numel() > 0) {
     PD_CHECK(weights.is_cpu() && weights.dtype() == paddle::DataType::FLOAT32 && weights.numel() == bags.num_entries,
              "weights must be float32, one per id");
@@ -210,53 +214,118 @@ struct BitLaneSource : CodeChunks<kBits> {
   }
 };
 
-// Columns [start, start + 8 kVectors) of bag b's sum (weighted where the bags have weights) into out. Each
-// chunk prefetches its own columns of the row kPrefetchDistance entries on (padding entries too: a
-// prefetch reads nothing).
-template <int kVectors, typename Source>
+// acc += row's chunk (kWeighted: += w * row, the product rounded first).
+template <int kVectors, bool kWeighted, typename Row>
+EDO_AVX2 void AddChunk(__m256* acc, const Row& row, float w) {
+  if constexpr (kWeighted) {
+    const __m256 weight = _mm256_set1_ps(w);
+    for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(weight, row.At(8 * v)));
+  } else {
+    for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_add_ps(acc[v], row.At(8 * v));
+  }
+}
+
+// Columns [start, start + 8 kVectors) of bag b's sum (kWeighted: weighted; kPadded: the padding id's
+// entries skipped) into out. Each entry prefetches its own columns of the row kPrefetchDistance entries on
+// (padding entries too: a prefetch reads nothing); the bag's last entries, with none so far on, do not.
+template <int kVectors, bool kWeighted, bool kPadded, typename Source>
 __attribute__((target("avx2,f16c"))) void SumChunkAvx2(const Bags& bags, const Source& source, int64_t b,
                                                        int64_t start, float* out) {
+  const int64_t* const index = bags.index;
+  const int64_t* const ids = bags.ids;
+  const float* const weights = bags.weights;
+  const int64_t padding_idx = bags.padding_idx, begin = bags.offsets[b], end = bags.offsets[b + 1];
+  const int64_t prefetched_end = std::max(begin, std::min(end, bags.num_entries - kPrefetchDistance));
   __m256 acc[kVectors];
   for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_setzero_ps();
-  const int64_t end = bags.offsets[b + 1];
-  const int64_t prefetched_end = std::min(end, bags.num_entries - kPrefetchDistance);
-  for (int64_t j = bags.offsets[b]; j < end; ++j) {
-    if (j < prefetched_end) source.template PrefetchChunk<kVectors>(bags.index[j + kPrefetchDistance], start);
-    if (bags.Skipped(j)) continue;
-    const auto row = source.RowOf(bags.index[j], start);
-    if (bags.weights != nullptr) {
-      const __m256 w = _mm256_set1_ps(bags.weights[j]);
-      for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(w, row.At(8 * v)));
-    } else {
-      for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_add_ps(acc[v], row.At(8 * v));
-    }
+  for (int64_t j = begin; j < prefetched_end; ++j) {
+    source.template PrefetchChunk<kVectors>(index[j + kPrefetchDistance], start);
+    if (kPadded && ids[j] == padding_idx) continue;
+    AddChunk<kVectors, kWeighted>(acc, source.RowOf(index[j], start), kWeighted ? weights[j] : 0.0f);
+  }
+  for (int64_t j = prefetched_end; j < end; ++j) {
+    if (kPadded && ids[j] == padding_idx) continue;
+    AddChunk<kVectors, kWeighted>(acc, source.RowOf(index[j], start), kWeighted ? weights[j] : 0.0f);
   }
   for (int v = 0; v < kVectors; ++v) _mm256_storeu_ps(out + start + 8 * v, acc[v]);
 }
 
-template <typename Source>
+// A summed bag's end: zeros where no entry counted (an empty bag, in every mode, weighted too), the sum
+// divided by the count for a mean.
+template <bool kPadded>
+void FinishBag(const Bags& bags, int mode, int64_t b, float* acc) {
+  int64_t count = bags.offsets[b + 1] - bags.offsets[b];
+  if (kPadded) {
+    for (int64_t j = bags.offsets[b]; j < bags.offsets[b + 1]; ++j) count -= bags.Skipped(j);
+  }
+  if (count == 0) {
+    std::fill(acc, acc + bags.dim, 0.0f);
+  } else if (mode == kMean) {
+    const float n = static_cast<float>(count);
+    for (int64_t d = 0; d < bags.dim; ++d) acc[d] /= n;
+  }
+}
+
+template <bool kWeighted, bool kPadded, typename Source>
 void SumBagAvx2(const Bags& bags, const Source& source, int mode, int64_t b, float* out) {
   const int64_t dim = bags.dim;
   float* acc = out + b * dim;
   for (int64_t start = 0; start < dim; start += 64) {
     switch (std::min<int64_t>(8, (dim - start) / 8)) {
-      case 1: SumChunkAvx2<1>(bags, source, b, start, acc); break;
-      case 2: SumChunkAvx2<2>(bags, source, b, start, acc); break;
-      case 3: SumChunkAvx2<3>(bags, source, b, start, acc); break;
-      case 4: SumChunkAvx2<4>(bags, source, b, start, acc); break;
-      case 5: SumChunkAvx2<5>(bags, source, b, start, acc); break;
-      case 6: SumChunkAvx2<6>(bags, source, b, start, acc); break;
-      case 7: SumChunkAvx2<7>(bags, source, b, start, acc); break;
-      default: SumChunkAvx2<8>(bags, source, b, start, acc); break;
+      case 1: SumChunkAvx2<1, kWeighted, kPadded>(bags, source, b, start, acc); break;
+      case 2: SumChunkAvx2<2, kWeighted, kPadded>(bags, source, b, start, acc); break;
+      case 3: SumChunkAvx2<3, kWeighted, kPadded>(bags, source, b, start, acc); break;
+      case 4: SumChunkAvx2<4, kWeighted, kPadded>(bags, source, b, start, acc); break;
+      case 5: SumChunkAvx2<5, kWeighted, kPadded>(bags, source, b, start, acc); break;
+      case 6: SumChunkAvx2<6, kWeighted, kPadded>(bags, source, b, start, acc); break;
+      case 7: SumChunkAvx2<7, kWeighted, kPadded>(bags, source, b, start, acc); break;
+      default: SumChunkAvx2<8, kWeighted, kPadded>(bags, source, b, start, acc); break;
     }
   }
-  int64_t count = 0;
-  for (int64_t j = bags.offsets[b]; j < bags.offsets[b + 1]; ++j) count += !bags.Skipped(j);
-  if (count == 0) {
-    std::fill(acc, acc + dim, 0.0f);  // an empty bag gives zeros in every mode (a weighted one too)
-  } else if (mode == kMean) {
-    const float n = static_cast<float>(count);
-    for (int64_t d = 0; d < dim; ++d) acc[d] /= n;
+  FinishBag<kPadded>(bags, mode, b, acc);
+}
+
+// fp32 rows with AVX-512: SumChunkAvx2's loop over sixteen-lane accumulators (the same additions in the
+// same order, so the same bits), kVectors of them: columns [start, start + 16 kVectors).
+template <int kVectors, bool kWeighted, bool kPadded>
+__attribute__((target("avx2,avx512f"))) void SumFp32ChunkAvx512(const Bags& bags, const float* rows, int64_t b,
+                                                                int64_t start, float* out) {
+  const int64_t* const index = bags.index;
+  const int64_t* const ids = bags.ids;
+  const float* const weights = bags.weights;
+  const int64_t dim = bags.dim, padding_idx = bags.padding_idx, begin = bags.offsets[b], end = bags.offsets[b + 1];
+  const int64_t prefetched_end = std::max(begin, std::min(end, bags.num_entries - kPrefetchDistance));
+  __m512 acc[kVectors];
+  for (int v = 0; v < kVectors; ++v) acc[v] = _mm512_setzero_ps();
+  for (int64_t j = begin; j < end; ++j) {
+    if (j < prefetched_end) PrefetchSpan<64 * kVectors>(rows + index[j + kPrefetchDistance] * dim + start);
+    if (kPadded && ids[j] == padding_idx) continue;
+    const float* row = rows + index[j] * dim + start;
+    if constexpr (kWeighted) {
+      const __m512 w = _mm512_set1_ps(weights[j]);
+      for (int v = 0; v < kVectors; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(w, _mm512_loadu_ps(row + 16 * v)));
+    } else {
+      for (int v = 0; v < kVectors; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_loadu_ps(row + 16 * v));
+    }
+  }
+  for (int v = 0; v < kVectors; ++v) _mm512_storeu_ps(out + start + 16 * v, acc[v]);
+}
+
+template <bool kWeighted, bool kPadded>
+void SumFp32BagsAvx512(const Bags& bags, const float* rows, int mode, float* out) {
+  const int64_t dim = bags.dim;
+#pragma omp parallel for if (bags.num_bags > kParallelBags)
+  for (int64_t b = 0; b < bags.num_bags; ++b) {
+    float* acc = out + b * dim;
+    for (int64_t start = 0; start < dim; start += 64) {
+      switch (std::min<int64_t>(4, (dim - start) / 16)) {
+        case 1: SumFp32ChunkAvx512<1, kWeighted, kPadded>(bags, rows, b, start, acc); break;
+        case 2: SumFp32ChunkAvx512<2, kWeighted, kPadded>(bags, rows, b, start, acc); break;
+        case 3: SumFp32ChunkAvx512<3, kWeighted, kPadded>(bags, rows, b, start, acc); break;
+        default: SumFp32ChunkAvx512<4, kWeighted, kPadded>(bags, rows, b, start, acc); break;
+      }
+    }
+    FinishBag<kPadded>(bags, mode, b, acc);
   }
 }
 
@@ -265,10 +334,20 @@ bool RegisterPathServes(int mode, int64_t dim) {
   return edo::HasAvx2() && mode != kMax && dim % 8 == 0 && dim > 0;
 }
 
-template <typename Source>
+template <bool kWeighted, bool kPadded, typename Source>
 void SumBagsAvx2(const Bags& bags, const Source& source, int mode, float* out) {
 #pragma omp parallel for if (bags.num_bags > kParallelBags)
-  for (int64_t b = 0; b < bags.num_bags; ++b) SumBagAvx2(bags, source, mode, b, out);
+  for (int64_t b = 0; b < bags.num_bags; ++b) SumBagAvx2<kWeighted, kPadded>(bags, source, mode, b, out);
+}
+
+// Each bag's sum or mean, the weights and the padding id decided once for all bags.
+template <typename Source>
+void SumBagsAvx2(const Bags& bags, const Source& source, int mode, float* out) {
+  const bool weighted = bags.weights != nullptr;
+  if (weighted && bags.has_padding) return SumBagsAvx2<true, true>(bags, source, mode, out);
+  if (weighted) return SumBagsAvx2<true, false>(bags, source, mode, out);
+  if (bags.has_padding) return SumBagsAvx2<false, true>(bags, source, mode, out);
+  SumBagsAvx2<false, false>(bags, source, mode, out);
 }
 
 // The register path over a packed table, where its format has 8-lane rows (not ternary); false if not.
@@ -295,6 +374,9 @@ std::vector<paddle::Tensor> BagPool(const paddle::Tensor& rows, const paddle::Te
   PD_CHECK(mode >= kSum && mode <= kMax, "unknown pooling mode ", mode);
   const Fp32Rows source{CheckedFp32Rows(rows), rows.shape()[1]};
   const Bags bags = Check(rows.shape()[0], rows.shape()[1], index, ids, offsets, weights, has_padding, padding_idx);
+  if (bags.index == bags.ids) {  // rows read at the ids themselves: the table (training reads a batch's own rows)
+    edo::PlaceTableOnHugePages(source.rows, sizeof(float) * rows.numel());
+  }
   paddle::Tensor out = paddle::empty({bags.num_bags, bags.dim}, paddle::DataType::FLOAT32, paddle::CPUPlace());
   const bool max = mode == kMax;
   paddle::Tensor argmax = paddle::empty({max ? bags.num_bags : 1, max ? bags.dim : 1}, paddle::DataType::INT64,
@@ -303,7 +385,15 @@ std::vector<paddle::Tensor> BagPool(const paddle::Tensor& rows, const paddle::Te
   int64_t* a = argmax.data<int64_t>();
   if (!max) a[0] = -1;
   if (RegisterPathServes(mode, bags.dim)) {
-    SumBagsAvx2(bags, Fp32LaneSource{source.rows, source.dim}, mode, o);
+    if (edo::HasAvx512() && bags.dim % 16 == 0) {
+      const bool weighted = bags.weights != nullptr;
+      if (weighted && has_padding) SumFp32BagsAvx512<true, true>(bags, source.rows, mode, o);
+      if (weighted && !has_padding) SumFp32BagsAvx512<true, false>(bags, source.rows, mode, o);
+      if (!weighted && has_padding) SumFp32BagsAvx512<false, true>(bags, source.rows, mode, o);
+      if (!weighted && !has_padding) SumFp32BagsAvx512<false, false>(bags, source.rows, mode, o);
+    } else {
+      SumBagsAvx2(bags, Fp32LaneSource{source.rows, source.dim}, mode, o);
+    }
     return {out, argmax};
   }
 #pragma omp parallel for if (bags.num_bags > kParallelBags)

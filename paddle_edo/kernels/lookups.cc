@@ -6,14 +6,18 @@
 #include <cstring>
 #include <vector>
 
+#include "huge_pages.h"
 #include "paddle/extension.h"
 
 namespace {
 
-void CheckTable(const paddle::Tensor& table, const char* name) {
+// A table the lookups read at random rows, checked; on huge pages from its first read (huge_pages.h).
+const float* TableData(const paddle::Tensor& table, const char* name) {
   PD_CHECK(table.is_cpu(), name, " must be on the CPU");
   PD_CHECK(table.dtype() == paddle::DataType::FLOAT32, name, " must be float32");
   PD_CHECK(table.shape().size() == 2, name, " must be 2-D");
+  edo::PlaceTableOnHugePages(table.data<float>(), sizeof(float) * table.numel());
+  return table.data<float>();
 }
 
 void CheckIds(const paddle::Tensor& ids) {
@@ -45,16 +49,14 @@ std::vector<paddle::Tensor> QRLookup(const paddle::Tensor& ids, const paddle::Te
                                      const paddle::Tensor& remainder, int64_t collisions, int operation,
                                      bool has_padding, int64_t padding_idx) {
   CheckIds(ids);
-  CheckTable(quotient, "quotient");
-  CheckTable(remainder, "remainder");
+  const float* q = TableData(quotient, "quotient");
+  const float* r = TableData(remainder, "remainder");
   const int64_t width = quotient.shape()[1];
   PD_CHECK(remainder.shape()[1] == width, "quotient and remainder must have the same width");
   const int64_t out_width = operation == 2 ? 2 * width : width;
   paddle::Tensor out = Output(ids, out_width);
   const int64_t n = ids.numel(), q_rows = quotient.shape()[0], r_rows = remainder.shape()[0];
   const int64_t* id = ids.data<int64_t>();
-  const float* q = quotient.data<float>();
-  const float* r = remainder.data<float>();
   float* o = out.data<float>();
   std::atomic<int64_t> bad{-1};
 #pragma omp parallel for if (n > kParallelLookups)
@@ -91,7 +93,7 @@ std::vector<paddle::Tensor> HashLookup(const paddle::Tensor& ids, const paddle::
                                        const paddle::Tensor& table, int64_t buckets, int combine,
                                        bool has_padding, int64_t padding_idx) {
   CheckIds(ids);
-  CheckTable(table, "table");
+  const float* t = TableData(table, "table");
   PD_CHECK(coefficients.dtype() == paddle::DataType::INT64 && coefficients.shape().size() == 2 &&
                coefficients.shape()[1] == 2, "coefficients must be int64 [hashes, 2]");
   PD_CHECK(table.shape()[0] == buckets, "the table must have one row per bucket");
@@ -101,7 +103,6 @@ std::vector<paddle::Tensor> HashLookup(const paddle::Tensor& ids, const paddle::
   const int64_t n = ids.numel();
   const int64_t* id = ids.data<int64_t>();
   const int64_t* ab = coefficients.data<int64_t>();
-  const float* t = table.data<float>();
   float* o = out.data<float>();
   const float inverse = static_cast<float>(1.0 / hashes);  // Paddle divides by a scalar as a scale op
   std::vector<int64_t> bucket(n * hashes);  // first the buckets, then the rows (prefetched ahead)
@@ -157,17 +158,15 @@ std::vector<paddle::Tensor> MixedDimLookup(const paddle::Tensor& ids, const padd
   std::vector<const float*> table_data(blocks), projection_data(blocks);
   std::vector<int64_t> widths(blocks);
   for (int64_t b = 0; b < blocks; ++b) {
-    CheckTable(tables[b], "a block table");
-    table_data[b] = tables[b].data<float>();
+    table_data[b] = TableData(tables[b], "a block table");
     widths[b] = tables[b].shape()[1];
     if (projections[b].numel() == 0) {
       PD_CHECK(widths[b] == dim, "a block without projection must be dim wide");
       projection_data[b] = nullptr;
     } else {
-      CheckTable(projections[b], "a projection");
+      projection_data[b] = TableData(projections[b], "a projection");
       PD_CHECK(projections[b].shape()[0] == widths[b] && projections[b].shape()[1] == dim,
                "a projection must be [block width, dim]");
-      projection_data[b] = projections[b].data<float>();
     }
   }
   paddle::Tensor out = Output(ids, dim);

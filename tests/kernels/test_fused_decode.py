@@ -179,7 +179,7 @@ def half_output_table(dtype, output_dtype, dim):
     return table
 
 
-@pytest.mark.parametrize("dim", [64, 13])  # eight values a write, and the tail
+@pytest.mark.parametrize("dim", [64, 29, 13])  # sixteen or eight values a write, and the tail
 @pytest.mark.parametrize("output_dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("dtype", list(FORMATS))
 def test_half_outputs_are_the_composite_rounding_bit_for_bit(monkeypatch, dtype, output_dtype, dim):

@@ -273,17 +273,20 @@ def test_a_bag_kernel_refuses_bad_ids_naming_the_table(table, gradients):
                 bag(paddle.to_tensor([1, bad]), paddle.to_tensor([0]))
 
 
-@pytest.mark.parametrize("dim", [D, 16, 72])  # the scalar loop; sums in registers: one chunk, a chunk and a part
+@pytest.mark.parametrize("dim", [D, 16, 72, 80])  # the scalar loop; sums in registers: one chunk, chunks and a part
 @pytest.mark.parametrize("table", ["fp32", *FORMATS])
-@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
-def test_the_kernels_and_the_composite_ops_pool_the_same_bits(monkeypatch, table, mode, dim):
-    # both add a bag's rows one after another and divide a mean once: bit for bit, weights too
+@pytest.mark.parametrize("mode, padding_idx, weighted", [("sum", 0, True), ("sum", 0, False), ("sum", None, True),
+                                                         ("sum", None, False), ("mean", 0, False),
+                                                         ("mean", None, False), ("max", 0, False)])
+def test_the_kernels_and_the_composite_ops_pool_the_same_bits(monkeypatch, table, mode, padding_idx, weighted, dim):
+    # both add a bag's rows one after another and divide a mean once: bit for bit, with and without
+    # weights and a padding id (each a path of its own in the kernels)
     paddle.seed(9)
-    dense = DenseEmbedding(N, dim, init_std=0.5)
-    bag = EmbeddingBag(N, dim, mode, padding_idx=0,
+    dense = DenseEmbedding(N, dim, padding_idx=padding_idx, init_std=0.5)
+    bag = EmbeddingBag(N, dim, mode, padding_idx=padding_idx,
                        table=dense if table == "fp32" else QuantizedEmbedding.from_embedding(dense, table))
     ids = padded_ids(11, bags=300, length=7)
-    weights = paddle.to_tensor(np.random.default_rng(1).random(ids.shape).astype(np.float32)) if mode == "sum" else None
+    weights = paddle.to_tensor(np.random.default_rng(1).random(ids.shape).astype(np.float32)) if weighted else None
     flat, starts = to_offsets(ids)
 
     def pooled():
