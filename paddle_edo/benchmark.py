@@ -40,9 +40,11 @@ def steady_malloc() -> str:
 
 
 def side_by_side(candidates: dict[str, Callable[[], object]], repeats: int = 15, warmup: int = 3,
-                 sync: Callable[[], None] | None = None) -> dict[str, float]:
+                 sync: Callable[[], None] | None = None, primed: bool = False) -> dict[str, float]:
     """Median milliseconds per call of each candidate, measured round-robin so that all see the same
-    machine load. ``sync`` waits for the device (e.g. paddle.device.synchronize on a GPU)."""
+    machine load. ``sync`` waits for the device (e.g. paddle.device.synchronize on a GPU). ``primed``: each
+    timed call follows an untimed call of the same candidate, so that each meets the caches as its own
+    last call left them (as a candidate timed in consecutive calls does), not as the others left them."""
     sync = sync or (lambda: None)
     for fn in candidates.values():
         for _ in range(warmup):
@@ -51,6 +53,9 @@ def side_by_side(candidates: dict[str, Callable[[], object]], repeats: int = 15,
     times: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(repeats):
         for name, fn in candidates.items():
+            if primed:
+                fn()
+                sync()
             start = time.perf_counter()
             fn()
             sync()

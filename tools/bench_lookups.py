@@ -1,7 +1,9 @@
 """Lookup and pooled-lookup speed, side by side in one process (tools/bench.py lookups).
 
 Every candidate reads the same ids from tables holding the same values; times are medians of rounds run
-round-robin. GB/s counts the table bytes a lookup reads and the fp32 bytes it writes.
+round-robin, each timed call right after an untimed one of the same candidate (the caches as its own last
+call left them, as the peers' consecutive calls find them). GB/s counts the table bytes a lookup reads
+and the fp32 bytes it writes.
 """
 from __future__ import annotations
 
@@ -54,7 +56,8 @@ def to_static_times(layers: dict[str, paddle.nn.Layer], ids: paddle.Tensor, repe
         layer.eval()
         compiled[name] = paddle.jit.to_static(Lookups(layer))
     with paddle.no_grad():
-        return side_by_side({name: (lambda m=model: m([ids])) for name, model in compiled.items()}, repeats)
+        return side_by_side({name: (lambda m=model: m([ids])) for name, model in compiled.items()}, repeats,
+                            primed=True)
 
 
 def inference_lookup_times(layers: dict[str, paddle.nn.Layer], ids: np.ndarray, repeats: int, threads: int
@@ -71,7 +74,7 @@ def inference_lookup_times(layers: dict[str, paddle.nn.Layer], ids: np.ndarray, 
                 layer.eval()
                 prefix = export_model(Lookups(layer), spec, f"{tmp}/{int(fused)}-{index}/model", fused_kernels=fused)
                 predictors[(fused, name)] = Predictor(prefix, device="cpu", num_threads=threads)
-    times = side_by_side({key: (lambda p=p: p.run([ids])) for key, p in predictors.items()}, repeats)
+    times = side_by_side({key: (lambda p=p: p.run([ids])) for key, p in predictors.items()}, repeats, primed=True)
     return {mode: {name: times[(fused, name)] for name in layers}
             for mode, fused in (("inference, composite", False), ("inference, fused", True))}
 
@@ -126,7 +129,7 @@ def lookups_benchmark(rows: int, dim: int, batch: int, fields: int, distribution
         half.eval()
         candidates[f"paddle_edo int8 -> {output_dtype}"] = lambda t=half: t(ids)
     with paddle.no_grad():
-        ms = side_by_side(candidates, repeats=repeats)
+        ms = side_by_side(candidates, repeats=repeats, primed=True)
     static = to_static_times({"paddle.nn.Embedding fp32": baseline, **{f"paddle_edo {n}": tables[n]
                                                                        for n in STATIC_FORMATS}}, ids, repeats)
     ms.update({f"to_static {name}": value for name, value in static.items()})
@@ -139,7 +142,7 @@ def lookups_benchmark(rows: int, dim: int, batch: int, fields: int, distribution
         pooled = {f"lookup then sum, L={length}": lambda b=bag_input: baseline(b).sum(axis=1),
                   **{f"bag {name}, L={length}": (lambda bag=bag, b=bag_input: bag(b)) for name, bag in bags.items()}}
         with paddle.no_grad():
-            bag_ms.update(side_by_side(pooled, repeats=repeats))
+            bag_ms.update(side_by_side(pooled, repeats=repeats, primed=True))
     served_bags = {f"bag {name}": bags[f"{name} sum"] for name in ("fp32", "int8")}
     long_bags = paddle.to_tensor(bag_ids[max(BAG_LENGTHS)])
     for name, value in to_static_times(served_bags, long_bags, repeats).items():

@@ -7,7 +7,7 @@ ids the Paddle candidates read.
   python tools/bench_peers.py DIR --repeats 11 --threads 2
 
 DIR holds weight.npy [rows, dim] fp32, ids.npy [batch, fields] and bags_L<n>.npy [bags, n]; the median
-milliseconds of each peer are written to DIR/peers.json.
+milliseconds of each peer's consecutive calls are written to DIR/peers.json.
 """
 from __future__ import annotations
 
