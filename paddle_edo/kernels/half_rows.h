@@ -93,36 +93,34 @@ __attribute__((target("avx2,f16c"))) void HalfRowAvx2(const float* row, int64_t 
 // whole value (no carry reaches the sign below the largest finite magnitude). fp16: F16C's conversion as
 // in HalfLanes where all sixteen are fp16 normals, else its integer steps in sixteen lanes.
 template <int kHalf>
-__attribute__((target("avx2,f16c,avx512f,avx512bw"))) void HalfRowAvx512(const float* row, int64_t dim, uint16_t* out) {
+__attribute__((target("avx2,f16c,avx512f,avx512bw"), always_inline)) inline __m256i HalfLanes16(__m512 x) {
   const float limit = kHalf == kHalfFp16 ? kFp16Max : kBf16Max;
-  const __m512 low = _mm512_set1_ps(-limit), high = _mm512_set1_ps(limit);
+  const __m512i bits = _mm512_castps_si512(_mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-limit)), _mm512_set1_ps(limit)));
+  if (kHalf == kHalfBf16) return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x8000)), 16));
+  const __m512i magnitude = _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF));
+  const __mmask16 normal = _mm512_cmpgt_epi32_mask(magnitude, _mm512_set1_epi32(kSmallestNormalFp16Bits - 1));
+  if (normal == 0xFFFF) {
+    return _mm512_cvtps_ph(_mm512_castsi512_ps(_mm512_add_epi32(bits, _mm512_set1_epi32(0x1000))),
+                           _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  }
+  // a zero or an fp16 subnormal among them: both kinds of integer steps in all lanes, each lane taking its own
+  const __m512i rounded = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_add_epi32(magnitude, _mm512_set1_epi32(0x1000)), 13),
+                                           _mm512_set1_epi32(kFp16ExponentShift));
+  const __m512 units = _mm512_mul_ps(_mm512_castsi512_ps(magnitude), _mm512_set1_ps(16777216.0f));
+  const __m512 whole = _mm512_roundscale_ps(units, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(units, whole), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+  const __m512i small = _mm512_cvttps_epi32(whole);
+  const __m512i half = _mm512_mask_blend_epi32(normal, _mm512_mask_add_epi32(small, up, small, _mm512_set1_epi32(1)),
+                                               rounded);
+  const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x8000));
+  return _mm512_cvtepi32_epi16(_mm512_or_si512(half, sign));
+}
+
+template <int kHalf>
+__attribute__((target("avx2,f16c,avx512f,avx512bw"))) void HalfRowAvx512(const float* row, int64_t dim, uint16_t* out) {
   int64_t j = 0;
   for (; j + 16 <= dim; j += 16) {
-    const __m512i bits = _mm512_castps_si512(_mm512_min_ps(_mm512_max_ps(_mm512_loadu_ps(row + j), low), high));
-    __m256i* lanes = reinterpret_cast<__m256i*>(out + j);
-    if (kHalf == kHalfBf16) {
-      _mm256_storeu_si256(lanes, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x8000)), 16)));
-      continue;
-    }
-    const __m512i magnitude = _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF));
-    const __mmask16 normal = _mm512_cmpgt_epi32_mask(magnitude, _mm512_set1_epi32(kSmallestNormalFp16Bits - 1));
-    if (normal == 0xFFFF) {
-      _mm256_storeu_si256(lanes, _mm512_cvtps_ph(_mm512_castsi512_ps(_mm512_add_epi32(bits, _mm512_set1_epi32(0x1000))),
-                                                 _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
-      continue;
-    }
-    // a zero or an fp16 subnormal among them: HalfLanes' integer steps, both kinds in all lanes, each lane
-    // taking its own
-    const __m512i rounded = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_add_epi32(magnitude, _mm512_set1_epi32(0x1000)), 13),
-                                             _mm512_set1_epi32(kFp16ExponentShift));
-    const __m512 units = _mm512_mul_ps(_mm512_castsi512_ps(magnitude), _mm512_set1_ps(16777216.0f));
-    const __m512 whole = _mm512_roundscale_ps(units, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(units, whole), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
-    const __m512i small = _mm512_cvttps_epi32(whole);
-    const __m512i half = _mm512_mask_blend_epi32(normal, _mm512_mask_add_epi32(small, up, small, _mm512_set1_epi32(1)),
-                                                 rounded);
-    const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x8000));
-    _mm256_storeu_si256(lanes, _mm512_cvtepi32_epi16(_mm512_or_si512(half, sign)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), HalfLanes16<kHalf>(_mm512_loadu_ps(row + j)));
   }
   if (j < dim) HalfRowAvx2<kHalf>(row + j, dim - j, out + j);
 }
