@@ -227,7 +227,7 @@ EDO_AVX2 void AddChunk(__m256* acc, const Row& row, float w) {
 
 // Columns [start, start + 8 kVectors) of bag b's sum (kWeighted: weighted; kPadded: the padding id's
 // entries skipped) into out. Each entry prefetches its own columns of the row kPrefetchDistance entries on
-// (padding entries too: a prefetch reads nothing); the bag's last entries, with none so far on, do not.
+// (padding entries too: a prefetch reads nothing), but for the last kPrefetchDistance entries of the batch.
 template <int kVectors, bool kWeighted, bool kPadded, typename Source>
 __attribute__((target("avx2,f16c"))) void SumChunkAvx2(const Bags& bags, const Source& source, int64_t b,
                                                        int64_t start, float* out) {
