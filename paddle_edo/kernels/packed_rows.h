@@ -219,7 +219,7 @@ __attribute__((target("avx2,f16c"))) void BitCodesRowAvx2(const int8_t* src, con
 }
 
 // Sixteen int4 or int2 digits (8 or 4 bytes) as int32 lane indices whose low four bits pick each digit's
-// lane of a row's values (Int4Values / Int2Values), digit k of a byte at bits k * kBits of it, as the byte
+// lane of a row's values (RowValues), digit k of a byte at bits k * kBits of it, as the byte
 // table reads it. The bits above them are left as they come: the permutation reads only those four.
 template <int kBits>
 __attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i SixteenIndices(const int8_t* codes) {
