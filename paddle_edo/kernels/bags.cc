@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include <omp.h>
@@ -340,14 +341,22 @@ void SumBagsAvx2(const Bags& bags, const Source& source, int mode, float* out) {
   for (int64_t b = 0; b < bags.num_bags; ++b) SumBagAvx2<kWeighted, kPadded>(bags, source, mode, b, out);
 }
 
-// Each bag's sum or mean, the weights and the padding id decided once for all bags.
+// run(weighted, padded) with the bags' weights and padding id as compile-time flags (std::bool_constant
+// arguments), decided once for all bags.
+template <typename Run>
+void WithBagFlags(const Bags& bags, Run run) {
+  const bool weighted = bags.weights != nullptr;
+  if (weighted && bags.has_padding) return run(std::true_type{}, std::true_type{});
+  if (weighted) return run(std::true_type{}, std::false_type{});
+  if (bags.has_padding) return run(std::false_type{}, std::true_type{});
+  run(std::false_type{}, std::false_type{});
+}
+
 template <typename Source>
 void SumBagsAvx2(const Bags& bags, const Source& source, int mode, float* out) {
-  const bool weighted = bags.weights != nullptr;
-  if (weighted && bags.has_padding) return SumBagsAvx2<true, true>(bags, source, mode, out);
-  if (weighted) return SumBagsAvx2<true, false>(bags, source, mode, out);
-  if (bags.has_padding) return SumBagsAvx2<false, true>(bags, source, mode, out);
-  SumBagsAvx2<false, false>(bags, source, mode, out);
+  WithBagFlags(bags, [&](auto weighted, auto padded) {
+    SumBagsAvx2<decltype(weighted)::value, decltype(padded)::value>(bags, source, mode, out);
+  });
 }
 
 // The register path over a packed table, where its format has 8-lane rows (not ternary); false if not.
@@ -386,11 +395,9 @@ std::vector<paddle::Tensor> BagPool(const paddle::Tensor& rows, const paddle::Te
   if (!max) a[0] = -1;
   if (RegisterPathServes(mode, bags.dim)) {
     if (edo::HasAvx512() && bags.dim % 16 == 0) {
-      const bool weighted = bags.weights != nullptr;
-      if (weighted && has_padding) SumFp32BagsAvx512<true, true>(bags, source.rows, mode, o);
-      if (weighted && !has_padding) SumFp32BagsAvx512<true, false>(bags, source.rows, mode, o);
-      if (!weighted && has_padding) SumFp32BagsAvx512<false, true>(bags, source.rows, mode, o);
-      if (!weighted && !has_padding) SumFp32BagsAvx512<false, false>(bags, source.rows, mode, o);
+      WithBagFlags(bags, [&](auto weighted, auto padded) {
+        SumFp32BagsAvx512<decltype(weighted)::value, decltype(padded)::value>(bags, source.rows, mode, o);
+      });
     } else {
       SumBagsAvx2(bags, Fp32LaneSource{source.rows, source.dim}, mode, o);
     }
