@@ -4,10 +4,11 @@ tables, one process per server or trainer under ``python -m paddle.distributed.l
 Paddle 2.6.2 facts this relies on (measured on the CPU wheel, see the README):
 - sync mode segfaults in SendBarrierOp on its first step, so it is refused; async and geo work;
 - async trainers push dense gradients but never pull the updated dense parameters back: they are
-  pulled here every ``pull_dense_every`` steps, and once before the first step, after trainer 0 flushed
-  its pushes and all met at a barrier. On a loaded machine a trainer's gradients were all zero until its
-  first pull (its dense parameters zeros): in 2 of 2 full test runs without this pull, 1 of 3 with it
-  (trainer 0 then); the cause is not found;
+  pulled here every ``pull_dense_every`` steps;
+- a sparse row that no trainer has pushed yet reads as zeros: the servers create a row at its first
+  push (``FLAGS_pserver_create_value_when_push``, on by default and not settable from Python). A
+  trainer's first batches, whose rows are all new, therefore give exactly zero gradients (the ReLU
+  layers see only zeros); those zero pushes create the rows, and training proceeds from there;
 - ``run_server()`` never returns by itself: after a barrier, trainer 0 stops the servers;
 - a trainer that exits without ``stop_worker()`` segfaults; every trainer must call the save.
 """
@@ -162,10 +163,6 @@ class PSJob:
             runtime._worker.client_flush()
             runtime._pull_all_dense(runtime.scopes, runtime._send_ctx, get_the_one_recv_context(runtime.context))
 
-        if not self.geo and resumed is None:  # the servers' dense parameters, once trainer 0's push is done
-            runtime._worker.client_flush()
-            fleet.barrier_worker()
-            pull_dense()
         mine = self.splits.train.shard(rank, trainers)
         batches = CTRBatches(mine, train["batch_size"], shuffle=True, seed=train["seed"] + rank)
         main = paddle.static.default_main_program()
