@@ -49,7 +49,49 @@ def export_model(model: paddle.nn.Layer, specs: Sequence[paddle.static.InputSpec
         path_prefix.with_name(path_prefix.name + suffix).unlink(missing_ok=True)
     with fused_static_programs(fused_kernels):
         paddle.jit.save(to_static(model, specs), str(path_prefix))
+    if program_file(path_prefix).suffix == ".pdmodel":
+        drop_output_copies(program_file(path_prefix))
     return path_prefix
+
+
+def drop_output_copies(model_file: Path) -> None:
+    """Remove the ``scale(x, 1.0)`` that Paddle 2.6's ``jit.save`` puts before each fetched output (to
+    name it) from a legacy program, fetching ``x`` itself. Each one copies the whole output in one
+    thread: measured on 4096 x 26 lookups of 64 floats, the predictor's run took 7.1 ms with it and 3.0 ms
+    without. Paddle 3's programs have none. An output that is a fed input keeps its copy. The file is
+    replaced atomically."""
+    from paddle.base.proto import framework_pb2
+
+    program = framework_pb2.ProgramDesc()
+    program.ParseFromString(model_file.read_bytes())
+    block = program.blocks[0]
+    producer = {name: op for op in block.ops for slot in op.outputs for name in slot.arguments}
+
+    def copied_from(name: str) -> str | None:
+        op = producer.get(name)
+        if op is None or op.type != "scale" or any(s.parameter == "ScaleTensor" and s.arguments for s in op.inputs):
+            return None
+        attrs = {a.name: a.f for a in op.attrs if a.name in ("scale", "bias")}
+        (source,) = [s.arguments[0] for s in op.inputs if s.parameter == "X"]
+        made = producer.get(source)
+        return source if attrs == {"scale": 1.0, "bias": 0.0} and made is not None and made.type != "feed" else None
+
+    dropped = set()
+    for slot in (slot for op in block.ops if op.type == "fetch" for slot in op.inputs if slot.parameter == "X"):
+        source = copied_from(slot.arguments[0])
+        if source is not None:
+            dropped.add(slot.arguments[0])
+            slot.arguments[0] = source
+    if not dropped:
+        return
+    keep_ops = [op for op in block.ops if not set(a for s in op.outputs for a in s.arguments) & dropped]
+    keep_vars = [v for v in block.vars if v.name not in dropped]
+    del block.ops[:], block.vars[:]
+    block.ops.extend(keep_ops)
+    block.vars.extend(keep_vars)
+    partial = model_file.with_name(model_file.name + ".partial")
+    partial.write_bytes(program.SerializeToString())
+    partial.replace(model_file)
 
 
 def program_file(path_prefix: str | Path) -> Path:

@@ -100,3 +100,41 @@ def test_a_paddle_3_program_is_refused_clearly_by_paddle_2(tmp_path):
     (tmp_path / "model.pdiparams").write_bytes(b"")
     with pytest.raises(RuntimeError, match=r"model.json is a Paddle 3 \(PIR\) program, which Paddle 2.6.2 cannot"):
         Predictor(tmp_path / "model")
+
+
+class Outputs(paddle.nn.Layer):
+    """Two lookups and the ids themselves as outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = paddle.nn.Embedding(10, 4)
+        self.other = paddle.nn.Embedding(10, 4)
+
+    def forward(self, inputs):
+        return self.table(inputs[0]), self.other(inputs[0]), inputs[0]
+
+
+def fetched_producers(prefix):
+    paddle.enable_static()
+    try:
+        program, _, fetches = paddle.static.load_inference_model(str(prefix), paddle.static.Executor(paddle.CPUPlace()))
+        made = {name: op.type for op in program.global_block().ops for name in op.output_arg_names}
+        return [made[v.name] for v in fetches]
+    finally:
+        paddle.disable_static()
+
+
+@pytest.mark.skipif(PIR_PROGRAMS, reason="Paddle 3's jit.save writes no output copies")
+def test_the_saved_program_fetches_outputs_without_jit_saves_copies(tmp_path):
+    paddle.seed(0)
+    net = Outputs()
+    spec = [paddle.static.InputSpec([None, 3], "int64", name="ids")]
+    prefix = export_model(net, spec, tmp_path / "model")
+    # the lookups' copies are gone; the fed ids keep theirs
+    assert fetched_producers(prefix) == ["lookup_table_v2", "lookup_table_v2", "scale"]
+    ids = np.array([[1, 2, 3], [0, 9, 4]], dtype=np.int64)
+    predictor = Predictor(prefix, device="cpu")
+    predictor.run([ids])
+    outputs = [predictor.predictor.get_output_handle(n).copy_to_cpu() for n in predictor.predictor.get_output_names()]
+    expected = [t.numpy() for t in net([paddle.to_tensor(ids)])]
+    assert len(outputs) == 3 and all(np.array_equal(a, b) for a, b in zip(outputs, expected))
