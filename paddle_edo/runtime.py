@@ -32,6 +32,16 @@ def select_device(preference: str = "auto") -> str:
     return device
 
 
+_threads: list[int | None] = [None]   # what set_num_threads set
+
+
+def cpu_threads() -> int:
+    """The CPU threads set by ``set_num_threads``, else the cores this process may run on."""
+    if _threads[0]:
+        return _threads[0]
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def set_num_threads(n: int) -> None:
     """CPU math threads. ``import paddle`` pins OMP_NUM_THREADS to 1 when unset; this sets them after import,
     for Paddle's kernels (Intel OpenMP) and for paddle_edo's native kernels (GNU OpenMP, which Paddle's
@@ -42,6 +52,7 @@ def set_num_threads(n: int) -> None:
     slower with it on 2 cores.
     """
     paddle.base.core.set_num_threads(int(n))
+    _threads[0] = int(n)
     try:
         ctypes.CDLL("libgomp.so.1").omp_set_num_threads(int(n))  # the instance the kernels load, once loaded
     except OSError:  # no GNU OpenMP here: no native kernels either

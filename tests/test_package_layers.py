@@ -9,7 +9,8 @@ from conftest import ROOT
 PACKAGE = ROOT / "paddle_edo"
 LAYERS = [  # lowest first; units on one layer do not import each other
     {"errors"},
-    {"compat", "schema", "runtime", "kernels", "kmeans", "metrics", "callbacks", "progress", "benchmark"},
+    {"compat", "schema", "runtime", "kernels", "kmeans", "metrics", "callbacks", "progress", "benchmark",
+     "host_memory"},
     {"budget"},
     {"quant", "cache"},
     {"nn"},

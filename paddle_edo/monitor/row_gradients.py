@@ -8,33 +8,14 @@ calls (the reference).
 """
 from __future__ import annotations
 
-import ctypes
-import math
 from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 import paddle
 
+from ..host_memory import host_view, on_host
 from ..kernels import address, c_function
-
-
-def host_view(tensor: paddle.Tensor) -> np.ndarray:
-    """A numpy array over a float32 CPU tensor's own memory, without a copy (``Tensor.numpy`` copies, at
-    three times the cost); the array keeps the tensor alive. It shows the values as they are when read:
-    read a gradient before the optimizer step, and copy what must outlive a change."""
-    shape = tensor.shape
-    size = math.prod(shape)
-    if not size:
-        return np.empty(shape, dtype=np.float32)
-    buffer = (ctypes.c_float * size).from_address(tensor.data_ptr())
-    buffer.owner = tensor
-    return np.frombuffer(buffer, dtype=np.float32).reshape(shape)
-
-
-def on_host(tensor: paddle.Tensor | None) -> bool:
-    """Whether ``host_view`` can show this tensor (float32, in CPU memory)."""
-    return tensor is not None and tensor.dtype == paddle.float32 and tensor.place.is_cpu_place()
 
 
 @dataclass

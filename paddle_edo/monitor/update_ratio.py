@@ -16,7 +16,7 @@ import numpy as np
 import paddle
 
 from ..kernels import address, c_function
-from .row_gradients import host_view
+from ..host_memory import host_view
 
 SMALL_TABLE_ELEMENTS = 1 << 16  # below this, copying the whole table to the host beats a gather op
 

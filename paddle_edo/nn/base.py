@@ -6,11 +6,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 import paddle
+from paddle.base.initializer import _global_weight_initializer
 
 from ..compat import dynamic_graph_under_sot
 from ..errors import EdoIndexError, EdoTypeError, EdoValueError
 from ..quant.formats import FORMATS
 from ..schema import Option
+from .initialization import fill_normal
 
 ID_DTYPES = (paddle.int32, paddle.int64)
 
@@ -106,10 +108,15 @@ class EmbeddingBase(paddle.nn.Layer):
 
     def create_table(self, rows: int, dim: int, weight_attr: paddle.ParamAttr | None, init_std: float
                      ) -> paddle.Tensor:
-        """An fp32 [rows, dim] parameter: ``weight_attr``'s initializer when it names one, else a normal
-        of std ``init_std``; the padding row zero."""
-        weight = self.create_parameter([rows, dim], attr=weight_attr, dtype="float32",
-                                       default_initializer=paddle.nn.initializer.Normal(0.0, init_std))
+        """An fp32 [rows, dim] parameter: ``weight_attr``'s initializer when it names one (or Paddle's global
+        one when set), else a normal of std ``init_std``, drawn by ``fill_normal`` for a dynamic-graph table
+        on the CPU; the padding row zero."""
+        drawn_here = (paddle.in_dynamic_mode() and paddle.get_device() == "cpu" and _global_weight_initializer() is None
+                      and paddle.ParamAttr._to_attr(weight_attr).initializer is None)
+        initializer = paddle.nn.initializer.Constant(0.0) if drawn_here else paddle.nn.initializer.Normal(0.0, init_std)
+        weight = self.create_parameter([rows, dim], attr=weight_attr, dtype="float32", default_initializer=initializer)
+        if drawn_here:
+            fill_normal(weight, init_std)
         if self.padding_idx is not None and self.padding_idx < rows:
             with paddle.no_grad():
                 weight[self.padding_idx] = 0.0

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import logging
 import math
 import os
@@ -156,11 +157,12 @@ def plan_tables(config: dict[str, Any], budget: int | str | None = None, *, devi
             raise ConfigError(f"budget {limit} bytes ({format_bytes(limit)}) is below the smallest plan these tables "
                               f"reach, {smallest} bytes ({format_bytes(smallest)}); allowed methods: "
                               f"{', '.join(allowed)}")
-        names = dict(embedding_layers(probe.model))
+        shapes = {name: (layer.num_embeddings, layer.embedding_dim) for name, layer in embedding_layers(probe.model)}
+        del probe
+        _free_finished_runs()
         plans = [("plan", chosen)]
         if checks:
-            plans += _alternatives(options, chosen, {name: layer.num_embeddings for name, layer in names.items()},
-                                   limit)
+            plans += _alternatives(options, chosen, {name: rows for name, (rows, _) in shapes.items()}, limit)
         check_results = []
         if len(plans) > 1:
             for index, (label, picked) in enumerate(plans):
@@ -171,12 +173,13 @@ def plan_tables(config: dict[str, Any], budget: int | str | None = None, *, devi
                 # the plans' packing costs are measured exactly; a check compares what training recovers
                 check_results.append({"plan": label, "valid_auc": engine.train_epochs()[-1]["valid_auc"],
                                       "bytes": sum(o.bytes for o in picked.values())})
+                del engine
+                _free_finished_runs()
             best = max(range(len(plans)), key=lambda i: check_results[i]["valid_auc"])
             check_results[best]["chosen"] = True
             chosen = plans[best][1]
-    choices = [Choice(name, names[name].num_embeddings, names[name].embedding_dim, o.candidate.label,
-                      o.candidate.section, options[name][0].bytes, o.bytes, o.cost, o.candidate.estimated)
-               for name, o in chosen.items()]
+    choices = [Choice(name, *shapes[name], o.candidate.label, o.candidate.section, options[name][0].bytes, o.bytes,
+                      o.cost, o.candidate.estimated) for name, o in chosen.items()]
     planned = {**config, "embedding": _planned_embedding(embedding, chosen)}
     plan = Plan(limit, choices, smallest, _plain(planned), check_results)
     plan.seconds = time.perf_counter() - started
@@ -267,6 +270,13 @@ def _hashed_to_the_budget(options: dict[str, list[Option]], chosen: dict[str, Op
             if plan != chosen and sum(o.bytes for o in plan.values()) <= limit:
                 return plan, f"every table hashed to {fraction:g} of its rows, {inner} inner tables"
     return None, ""
+
+
+def _free_finished_runs() -> None:
+    """Free the tables and optimizer state of runs no longer referenced now (an Engine's references go
+    round in cycles, so they would wait for the garbage collector): the next run reuses that memory
+    instead of faulting fresh pages (measured: a check run's steps and validation 2.4 s, 0.66 s after)."""
+    gc.collect()
 
 
 def _fp32_embedding(embedding: dict[str, Any]) -> dict[str, Any]:
