@@ -6,6 +6,8 @@ from typing import Callable, Iterable
 
 import paddle
 
+from ..errors import EdoValueError
+
 
 def swap_sublayers(model: paddle.nn.Layer, replace: Callable[[str, paddle.nn.Layer], paddle.nn.Layer | None],
                    include: Iterable[str] | None = None, exclude: Iterable[str] | None = None) -> list[str]:
@@ -27,3 +29,23 @@ def swap_sublayers(model: paddle.nn.Layer, replace: Callable[[str, paddle.nn.Lay
             parent._sub_layers[key] = new
             replaced.append(name)
     return replaced
+
+
+def swap_named(model: paddle.nn.Layer, layers: dict[str, paddle.nn.Layer]) -> dict[str, paddle.nn.Layer]:
+    """Put each of ``layers`` in the place its name (as ``named_sublayers`` gives it) names under ``model``,
+    following that name's path alone (``swap_sublayers`` walks the whole model); returns the layers that
+    were there, which ``swap_named`` puts back."""
+    places = []
+    for name in layers:
+        *path, key = name.split(".")
+        parent = model
+        for part in path:
+            parent = parent._sub_layers.get(part) if parent is not None else None
+        if parent is None or key not in parent._sub_layers:
+            raise EdoValueError(f"swap_named: {model.full_name()} has no sublayer {name!r}")
+        places.append((name, parent, key))
+    originals = {}
+    for name, parent, key in places:
+        originals[name] = parent._sub_layers[key]
+        parent._sub_layers[key] = layers[name]
+    return originals

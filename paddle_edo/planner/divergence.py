@@ -10,7 +10,7 @@ import paddle
 
 from ..data import CTRTable
 from ..metrics import auc, logloss
-from ..nn.swap import swap_sublayers
+from ..nn.swap import swap_named
 
 EPSILON = 1e-7
 
@@ -39,7 +39,7 @@ class Probe:
     """A trained model (an Engine's), a seeded validation sample of at most ``sample_rows`` rows, and the
     model's predictions on it: the reference that a table's replacement is measured against."""
 
-    def __init__(self, engine, sample_rows: int = 2048, seed: int = 0) -> None:
+    def __init__(self, engine, sample_rows: int = 1024, seed: int = 0) -> None:
         valid = engine.splits.valid
         if not isinstance(valid, CTRTable):
             valid = valid.head(sample_rows)  # a streamed split: its first rows, in memory
@@ -77,10 +77,8 @@ class Probe:
         """The divergence of the model with the tables named in ``layers`` replaced, predicting the sample
         (or ``sample``: the sample with a field's ids renumbered, as ``compact`` gives it, where ``layers``
         holds every table of that field); the model gets its own tables back."""
-        model = self.engine.model
-        originals = {name: layer for name, layer in model.named_sublayers() if name in layers}
-        swap_sublayers(model, lambda found, _: layers.get(found))
+        originals = swap_named(self.engine.model, layers)
         try:
             return self.divergence(self.engine.predict(self.sample if sample is None else sample))
         finally:
-            swap_sublayers(model, lambda found, _: originals.get(found))
+            swap_named(self.engine.model, originals)

@@ -127,7 +127,7 @@ def budget_of(embedding: dict[str, Any]) -> tuple[int, bool]:
 
 def plan_tables(config: dict[str, Any], budget: int | str | None = None, *, device_memory: int | str | None = None,
                 reserve: float | str = 0.3, methods: list[str] | None = None, checks: bool = True,
-                sample_rows: int = 2048, splits: Splits | None = None,
+                sample_rows: int = 1024, splits: Splits | None = None,
                 progress: Callable[[str], None] = logger.info) -> Plan:
     """Plan the tables of a validated ``config`` for ``budget`` bytes (or a ``device_memory`` less its
     ``reserve``; both default to the config's own ``embedding.type: auto`` section). The budget holds the

@@ -31,7 +31,9 @@ def fitted_table(section: dict[str, Any], weight: np.ndarray, frequencies: np.nd
         build["mode"] = "ptq"  # QAT's master table trains as fp32 does; packing is what is estimated
     with _zero_initialised():  # every row is set below: drawing normal initial values would be wasted
         layer = TableSpec.from_section(build).build(num_embeddings, padding_idx, frequencies)
-    weights = np.where(np.arange(num_embeddings) == padding_idx, 0.0, frequencies).astype(np.float64)
+    weights = np.array(frequencies, dtype=np.float64)
+    if padding_idx is not None:
+        weights[padding_idx] = 0.0
     key = repr(sorted((k, v) for k, v in build.items() if k != "storage_format"))
     with paddle.no_grad():
         if fits is not None and key in fits:
@@ -187,8 +189,9 @@ def _ratio_fit(index: np.ndarray, target: np.ndarray, other: np.ndarray, weights
 
 def fit_mixed_dims(layer: EmbeddingBase, weight: np.ndarray, weights: np.ndarray) -> None:
     """Each block's rows and projection from a weighted principal-component fit of its ids' trained rows."""
-    rank = layer.rank.numpy()
-    order = np.argsort(rank, kind="stable")                                   # ids by rank
+    rank = layer.rank.numpy()                                                 # a permutation of the ids
+    order = np.empty_like(rank)
+    order[rank] = np.arange(len(rank), dtype=rank.dtype)                      # ids by rank
     starts = [0, *layer.block_ends[:-1]]
     for block, projection, start, end in zip(layer.blocks, layer.projections, starts, layer.block_ends):
         ids = order[start:end]
