@@ -1,6 +1,6 @@
 """Normal initial values for large fp32 tables on the CPU, drawn in parallel: Paddle's gaussian op draws
 one value at a time in one thread (std::normal_distribution, measured 19 ns a value: 1.3 s for four
-1e6 x 16 tables), so building a model of large tables cost more than a third of a short run."""
+1e6 x 16 tables, a fifth of a one-epoch run of them)."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
