@@ -35,11 +35,14 @@ def select_device(preference: str = "auto") -> str:
 _threads: list[int | None] = [None]   # what set_num_threads set
 
 
+def available_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def cpu_threads() -> int:
     """The CPU threads set by ``set_num_threads``, else the cores this process may run on."""
-    if _threads[0]:
-        return _threads[0]
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return _threads[0] or available_cores()
 
 
 def set_num_threads(n: int) -> None:

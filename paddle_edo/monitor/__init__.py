@@ -1,10 +1,10 @@
 """VisualDL monitoring: sparse-gradient health and memory of embedding tables."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
+from ..runtime import available_cores
 from .memory import MemoryMonitor
 from .alerts import AlertSettings
 from .sparse_grad import SparseGradMonitor
@@ -24,7 +24,7 @@ def monitors_from_config(config: dict[str, Any], run: str | None = None, memory:
     background = section["background"]
     if background is None:  # a worker thread pays off beside a free core; where Paddle's threads take every
         # core it slows the loop (measured on 2 cores: docs/benchmarks.md)
-        background = len(os.sched_getaffinity(0)) > config["train"]["num_threads"]
+        background = available_cores() > config["train"]["num_threads"]
     monitors: list = [SparseGradMonitor(writer, section["every_n_steps"], alerts, section["histogram_every_n_steps"],
                                         background=background)]
     if section["memory"] and memory:
