@@ -84,20 +84,19 @@ class BucketSums:
 
     def __init__(self, index: np.ndarray, buckets: int, source: np.ndarray | None = None) -> None:
         self.index, self.buckets, self.source = index, buckets, source
-        self.cells: np.ndarray | None = None    # each entry's cell numbers [m * D], for the width last summed
+        self.cells: dict[int, np.ndarray] = {}   # by width D: each entry's cell numbers [m * D]
 
     def __call__(self, values: np.ndarray) -> np.ndarray:
         width = values.shape[1]
-        if self.cells is None or len(self.cells) != len(self.index) * width:
-            self.cells = (self.index[:, None] * width + np.arange(width)).ravel()
+        if width not in self.cells:
+            self.cells[width] = (self.index[:, None] * width + np.arange(width)).ravel()
         rows = values if self.source is None else values[self.source]
-        sums = np.bincount(self.cells, weights=rows.ravel(), minlength=self.buckets * width)
+        sums = np.bincount(self.cells[width], weights=rows.ravel(), minlength=self.buckets * width)
         return sums.reshape(self.buckets, width).astype(values.dtype, copy=False)
 
 
-def _bucket_mean(index: np.ndarray, values: np.ndarray, weights: np.ndarray, buckets: int) -> np.ndarray:
+def _bucket_mean(sums: BucketSums, values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Per bucket, the weighted mean of the values [n, D] of the rows in it (ridge-shrunk to zero)."""
-    sums = BucketSums(index, buckets)
     return sums(weights[:, None] * values) / (sums(weights[:, None]) + RIDGE)
 
 
@@ -163,27 +162,27 @@ def fit_quotient_remainder(weight: np.ndarray, weights: np.ndarray, collisions: 
     seen = np.flatnonzero(weights > 0)        # ids that never occur add nothing to the squares
     weight, weights = weight[seen], weights[seen]
     q_index, r_index = seen // collisions, seen % collisions
+    by_quotient, by_remainder = BucketSums(q_index, rows_q), BucketSums(r_index, collisions)  # for every round
     if operation == "concat":
         half = dim // 2
-        return (_bucket_mean(q_index, weight[:, :half], weights, rows_q),
-                _bucket_mean(r_index, weight[:, half:], weights, collisions))
+        return (_bucket_mean(by_quotient, weight[:, :half], weights),
+                _bucket_mean(by_remainder, weight[:, half:], weights))
     if operation == "add":
         remainder = np.zeros((collisions, dim))
         for _ in range(FIT_ROUNDS):
-            quotient = _bucket_mean(q_index, weight - remainder[r_index], weights, rows_q)
-            remainder = _bucket_mean(r_index, weight - quotient[q_index], weights, collisions)
+            quotient = _bucket_mean(by_quotient, weight - remainder[r_index], weights)
+            remainder = _bucket_mean(by_remainder, weight - quotient[q_index], weights)
         return quotient, remainder
     remainder = np.ones((collisions, dim))
     for _ in range(FIT_ROUNDS):
-        quotient = _ratio_fit(q_index, weight, remainder[r_index], weights, rows_q)
-        remainder = _ratio_fit(r_index, weight, quotient[q_index], weights, collisions)
+        quotient = _ratio_fit(by_quotient, weight, remainder[r_index], weights)
+        remainder = _ratio_fit(by_remainder, weight, quotient[q_index], weights)
     return quotient, remainder
 
 
-def _ratio_fit(index: np.ndarray, target: np.ndarray, other: np.ndarray, weights: np.ndarray, rows: int
-               ) -> np.ndarray:
-    """Per row r and column j, the least-squares x with target ~ x * other over the ids of r."""
-    sums = BucketSums(index, rows)
+def _ratio_fit(sums: BucketSums, target: np.ndarray, other: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Per row r and column j, the least-squares x with target ~ x * other over the ids of r (``sums``: by
+    r)."""
     return sums(weights[:, None] * target * other) / (sums(weights[:, None] * other ** 2) + RIDGE)
 
 
