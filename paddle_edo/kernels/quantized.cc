@@ -3,6 +3,7 @@
 // codes, their cast, and each broadcast multiply and add as whole tensors. The arithmetic is the
 // composite decode's (quant/codecs.py), operation for operation, so both give the same bits. For mixed
 // precision the rows can come as fp16 or bf16 (half_rows.h: codecs.round_to_float's values).
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -14,6 +15,7 @@ namespace {
 
 constexpr int64_t kPrefetchDistance = 8;
 constexpr int64_t kParallelLookups = 4096;
+constexpr int64_t kHalfBlock = 8;
 
 // The ids, each checked before any read: an id outside the table never reaches memory.
 const int64_t* CheckedIds(const paddle::Tensor& ids, const PackedTable& table) {
@@ -68,8 +70,10 @@ std::vector<paddle::Tensor> QuantizedLookup(const paddle::Tensor& ids, const pad
   return {out};
 }
 
-// The same rows as fp16 or bf16 (kHalf), each decoded into a scratch row and rounded as it is written; a
-// table stored in that format gives its rows' bits (rounding a value of the format to it is the identity).
+// The same rows as fp16 or bf16 (kHalf), decoded kHalfBlock rows at a time into scratch rows, then rounded
+// as they are written: a row read back right after its decoder's stores waits for them (wide stores do not
+// forward to the loads that follow), where a block's first rows have long reached the cache. A table stored
+// in the output's format gives its rows' bits (rounding a value of the format to it is the identity).
 template <int kHalf>
 std::vector<paddle::Tensor> QuantizedLookupHalf(const paddle::Tensor& ids, const paddle::Tensor& codes,
                                                 const paddle::Tensor& params, int format, int64_t dim,
@@ -89,12 +93,25 @@ std::vector<paddle::Tensor> QuantizedLookupHalf(const paddle::Tensor& ids, const
     return {out};
   }
   const HalfRowFn write_row = HalfRowWriter(kHalf);
-  WriteRows(table, id, n, dim, has_padding, padding_idx, o, [&] {
-    return [&, scratch = std::vector<float>(dim)](int64_t r, uint16_t* row) mutable {
-      table.DecodeRow(r, scratch.data());
-      write_row(scratch.data(), dim, row);
-    };
-  });
+#pragma omp parallel if (n > kParallelLookups)
+  {
+    std::vector<float> scratch(kHalfBlock * dim);
+#pragma omp for
+    for (int64_t start = 0; start < n; start += kHalfBlock) {
+      const int64_t end = std::min(n, start + kHalfBlock);
+      for (int64_t i = start; i < end; ++i) {
+        if (i + kPrefetchDistance < n) table.PrefetchRow(id[i + kPrefetchDistance]);
+        if (!has_padding || id[i] != padding_idx) table.DecodeRow(id[i], scratch.data() + (i - start) * dim);
+      }
+      for (int64_t i = start; i < end; ++i) {
+        if (has_padding && id[i] == padding_idx) {
+          std::memset(o + i * dim, 0, sizeof(uint16_t) * dim);
+        } else {
+          write_row(scratch.data() + (i - start) * dim, dim, o + i * dim);
+        }
+      }
+    }
+  }
   return {out};
 }
 
