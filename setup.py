@@ -10,9 +10,7 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["paddle_edo", "paddle_edo.*"]),
     # compiled at first use (a C++ compiler is needed)
-    package_data={"paddle_edo.kernels": ["lookups.cc", "quantized.cc", "bags.cc", "fake_quant.cc",
-                                          "unique_ids.cc", "row_norms.cc", "packed_rows.h",
-                                          "half_rows.h"]},
+    package_data={"paddle_edo.kernels": ["*.cc", "*.h"]},
     python_requires=">=3.8",
     # Paddle itself is an extra: the CPU and GPU builds are different packages that must not both install,
     # and an environment that has a Paddle keeps it (with its numpy and protobuf). The pins Paddle 2.6.2

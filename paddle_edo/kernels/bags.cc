@@ -19,7 +19,7 @@ namespace {
 
 enum Mode { kSum = 0, kMean = 1, kMax = 2 };
 
-constexpr int64_t kPrefetchDistance = 16;
+constexpr int64_t kPrefetchDistance = 32;
 constexpr int64_t kParallelBags = 256;
 constexpr int64_t kParallelChecks = 1 << 16;
 
@@ -198,7 +198,7 @@ struct CodeChunks {
   template <int kVectors>
   void PrefetchChunk(int64_t r, int64_t start) const {
     PrefetchSpan<kBits * kVectors>(Codes(r, start));
-    __builtin_prefetch(Params(r));
+    PrefetchLine(Params(r));
   }
 };
 
@@ -522,7 +522,7 @@ std::vector<paddle::Tensor> BagPoolGrad(const paddle::Tensor& rows, const paddle
       std::fill(block_rows, g + std::min(num_rows, (block + 1) << shift) * dim, 0.0f);
       const int64_t end = block_start[block + 1];
       for (int64_t k = block_start[block]; k < end; ++k) {
-        if (k + kPrefetchDistance < end) Prefetch(go + entries[k + kPrefetchDistance].bag * dim, 4 * dim);
+        if (k + kPrefetchDistance < end) Prefetch(go + entries[k + kPrefetchDistance].bag * dim, sizeof(float) * dim);
         AddWeightedRow(block_rows + entries[k].row * dim, go + entries[k].bag * dim, entries[k].factor, dim);
       }
     }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "huge_pages.h"
+#include "prefetch.h"
 #include "paddle/extension.h"
 
 namespace {
@@ -30,10 +31,6 @@ void CheckIds(const paddle::Tensor& ids) {
 constexpr int64_t kPrefetchDistance = 8;
 // Below this many lookups, threads cost more than they save.
 constexpr int64_t kParallelLookups = 4096;
-
-inline void Prefetch(const float* row, int64_t width) {
-  for (int64_t k = 0; k < width; k += 64 / sizeof(float)) __builtin_prefetch(row + k);
-}
 
 paddle::Tensor Output(const paddle::Tensor& ids, int64_t width) {
   std::vector<int64_t> shape = ids.shape();
@@ -118,7 +115,7 @@ std::vector<paddle::Tensor> HashLookup(const paddle::Tensor& ids, const paddle::
 #pragma omp parallel for if (n > kParallelLookups)
   for (int64_t i = 0; i < n; ++i) {
     if (i + kPrefetchDistance < n) {
-      for (int64_t h = 0; h < hashes; ++h) Prefetch(t + bucket[(i + kPrefetchDistance) * hashes + h] * width, width);
+      for (int64_t h = 0; h < hashes; ++h) Prefetch(t + bucket[(i + kPrefetchDistance) * hashes + h] * width, sizeof(float) * width);
     }
     float* row = o + i * out_width;
     if (has_padding && id[i] == padding_idx) {
@@ -193,7 +190,7 @@ std::vector<paddle::Tensor> MixedDimLookup(const paddle::Tensor& ids, const padd
   for (int64_t i = 0; i < n; ++i) {
     const int64_t ahead = i + kPrefetchDistance;
     if (ahead < n && block[ahead] >= 0) {
-      Prefetch(table_data[block[ahead]] + local[ahead] * widths[block[ahead]], widths[block[ahead]]);
+      Prefetch(table_data[block[ahead]] + local[ahead] * widths[block[ahead]], sizeof(float) * widths[block[ahead]]);
     }
     float* row = o + i * dim;
     const int32_t b = block[i];

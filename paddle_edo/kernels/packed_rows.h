@@ -11,6 +11,7 @@
 
 #include "cpu_isa.h"
 #include "huge_pages.h"
+#include "prefetch.h"
 #include "paddle/extension.h"
 
 namespace {
@@ -59,23 +60,6 @@ const float* CachedByteTable(int format) {
       std::vector<float>(), std::vector<float>(), ByteTable(kInt8), ByteTable(kInt4), ByteTable(kInt2),
       ByteTable(kTernary), ByteTable(kBinary)};
   return tables[format].data();
-}
-
-// Every cache line of [row, row + bytes): a row need not start on a line.
-inline void Prefetch(const void* row, int64_t bytes) {
-  const uintptr_t start = reinterpret_cast<uintptr_t>(row);
-  for (uintptr_t line = start & ~uintptr_t{63}; line < start + bytes; line += 64) {
-    __builtin_prefetch(reinterpret_cast<const void*>(line));
-  }
-}
-
-// The same for a span whose size is known when compiling: a prefetch each 64 bytes, unrolled, and one of
-// its last byte (whose line is the next where the span does not start on a line; a prefetch never faults).
-template <int64_t kBytes>
-inline void PrefetchSpan(const void* span) {
-  const char* start = static_cast<const char*>(span);
-  for (int64_t offset = 0; offset < kBytes; offset += 64) __builtin_prefetch(start + offset);
-  __builtin_prefetch(start + kBytes - 1);
 }
 
 // fp16 -> fp32: F16C's conversion (exact) where the processor has it, else Paddle's float16 conversion.
@@ -368,7 +352,7 @@ class PackedTable {
       Prefetch(half_ + id * dim_, row_bytes_);
     } else {  // a row's codes and its parameters live in two arrays: two reads
       Prefetch(codes_ + id * row_bytes_, row_bytes_);
-      __builtin_prefetch(params_ + id * params_per_row_);
+      PrefetchLine(params_ + id * params_per_row_);
     }
   }
 

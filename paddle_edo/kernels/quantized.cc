@@ -13,7 +13,7 @@
 
 namespace {
 
-constexpr int64_t kPrefetchDistance = 8;
+constexpr int64_t kPrefetchDistance = 16;
 constexpr int64_t kParallelLookups = 4096;
 constexpr int64_t kHalfBlock = 8;
 

@@ -1,0 +1,31 @@
+// Software prefetches of the rows a kernel will read next. They ask for each line into the L2 cache only
+// (prefetcht2): a prefetch into L1 holds one of the core's few L1 miss buffers until its line arrives, which
+// caps how many random rows are in flight at once; into L2 the lines ride on L2's larger queue, and the
+// reads that follow hit L2. Measured on a 2-core AMD EPYC (Zen 4), fp32 bags of 20 over a 1e6 x 64 table:
+// uniform ids 31.7 -> 22.1 ms, Zipf ids 11.1 -> 8.6 ms (with the bags' distance of 32 entries).
+#pragma once
+
+#include <cstdint>
+
+namespace {
+
+inline void PrefetchLine(const void* line) { __builtin_prefetch(line, 0, 1); }
+
+// Every cache line of [row, row + bytes): a row need not start on a line.
+inline void Prefetch(const void* row, int64_t bytes) {
+  const uintptr_t start = reinterpret_cast<uintptr_t>(row);
+  for (uintptr_t line = start & ~uintptr_t{63}; line < start + bytes; line += 64) {
+    PrefetchLine(reinterpret_cast<const void*>(line));
+  }
+}
+
+// The same for a span whose size is known when compiling: a prefetch each 64 bytes, unrolled, and one of
+// its last byte (whose line is the next where the span does not start on a line; a prefetch never faults).
+template <int64_t kBytes>
+inline void PrefetchSpan(const void* span) {
+  const char* start = static_cast<const char*>(span);
+  for (int64_t offset = 0; offset < kBytes; offset += 64) PrefetchLine(start + offset);
+  PrefetchLine(start + kBytes - 1);
+}
+
+}  // namespace
