@@ -286,44 +286,81 @@ void SumBagAvx2(const Bags& bags, const Source& source, int mode, int64_t b, flo
   FinishBag<kPadded>(bags, mode, b, acc);
 }
 
-// fp32 rows with AVX-512: SumChunkAvx2's loop over sixteen-lane accumulators (the same additions in the
-// same order, so the same bits), kVectors of them: columns [start, start + 16 kVectors).
-template <int kVectors, bool kWeighted, bool kPadded>
-__attribute__((target("avx2,avx512f"))) void SumFp32ChunkAvx512(const Bags& bags, const float* rows, int64_t b,
-                                                                int64_t start, float* out) {
+// Sixteen-lane row sources for the AVX-512 sums, as the 8-lane ones above: fp32 rows read in place, and
+// int8 code rows decoded as Int8RowAvx512 decodes them (code * scale, then + the offset, rounded apart).
+#define EDO_AVX512 __attribute__((target("avx2,f16c,avx512f"), always_inline)) inline
+
+struct Fp32Lanes16 {
+  const float* rows;
+  int64_t dim;
+  struct Row {
+    const float* p;
+    EDO_AVX512 __m512 At(int64_t j) const { return _mm512_loadu_ps(p + j); }
+  };
+  EDO_AVX512 Row RowOf(int64_t r, int64_t start) const { return {rows + r * dim + start}; }
+  template <int kVectors>
+  void PrefetchChunk(int64_t r, int64_t start) const { PrefetchSpan<64 * kVectors>(rows + r * dim + start); }
+};
+
+struct Int8Lanes16 : CodeChunks<8> {
+  using CodeChunks<8>::CodeChunks;
+  struct Row {
+    const int8_t* codes;
+    __m512 scales, offsets;
+    EDO_AVX512 __m512 At(int64_t j) const {
+      const __m512i digits = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)));
+      return _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(digits), scales), offsets);
+    }
+  };
+  EDO_AVX512 Row RowOf(int64_t r, int64_t start) const {
+    const float scale = HalfF16C(Params(r)), offset = HalfF16C(Params(r) + 1) + 128.0f * scale;
+    return {Codes(r, start), _mm512_set1_ps(scale), _mm512_set1_ps(offset)};
+  }
+  template <int kVectors>
+  void PrefetchChunk(int64_t r, int64_t start) const {
+    PrefetchSpan<16 * kVectors>(Codes(r, start));
+    PrefetchLine(Params(r));
+  }
+};
+
+// SumChunkAvx2's loop over sixteen-lane accumulators (the same additions in the same order, so the same
+// bits), kVectors of them: columns [start, start + 16 kVectors).
+template <int kVectors, bool kWeighted, bool kPadded, typename Source>
+__attribute__((target("avx2,f16c,avx512f"))) void SumChunkAvx512(const Bags& bags, const Source& source, int64_t b,
+                                                                 int64_t start, float* out) {
   const int64_t* const index = bags.index;
   const int64_t* const ids = bags.ids;
   const float* const weights = bags.weights;
-  const int64_t dim = bags.dim, padding_idx = bags.padding_idx, begin = bags.offsets[b], end = bags.offsets[b + 1];
+  const int64_t padding_idx = bags.padding_idx, begin = bags.offsets[b], end = bags.offsets[b + 1];
   const int64_t prefetched_end = std::max(begin, std::min(end, bags.num_entries - kPrefetchDistance));
   __m512 acc[kVectors];
   for (int v = 0; v < kVectors; ++v) acc[v] = _mm512_setzero_ps();
   for (int64_t j = begin; j < end; ++j) {
-    if (j < prefetched_end) PrefetchSpan<64 * kVectors>(rows + index[j + kPrefetchDistance] * dim + start);
+    if (j < prefetched_end) source.template PrefetchChunk<kVectors>(index[j + kPrefetchDistance], start);
     if (kPadded && ids[j] == padding_idx) continue;
-    const float* row = rows + index[j] * dim + start;
+    const auto row = source.RowOf(index[j], start);
     if constexpr (kWeighted) {
       const __m512 w = _mm512_set1_ps(weights[j]);
-      for (int v = 0; v < kVectors; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(w, _mm512_loadu_ps(row + 16 * v)));
+      for (int v = 0; v < kVectors; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(w, row.At(16 * v)));
     } else {
-      for (int v = 0; v < kVectors; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_loadu_ps(row + 16 * v));
+      for (int v = 0; v < kVectors; ++v) acc[v] = _mm512_add_ps(acc[v], row.At(16 * v));
     }
   }
   for (int v = 0; v < kVectors; ++v) _mm512_storeu_ps(out + start + 16 * v, acc[v]);
 }
 
-template <bool kWeighted, bool kPadded>
-void SumFp32BagsAvx512(const Bags& bags, const float* rows, int mode, float* out) {
+template <bool kWeighted, bool kPadded, typename Source>
+void SumBagsAvx512(const Bags& bags, const Source& source, int mode, float* out) {
   const int64_t dim = bags.dim;
 #pragma omp parallel for if (bags.num_bags > kParallelBags)
   for (int64_t b = 0; b < bags.num_bags; ++b) {
     float* acc = out + b * dim;
     for (int64_t start = 0; start < dim; start += 64) {
       switch (std::min<int64_t>(4, (dim - start) / 16)) {
-        case 1: SumFp32ChunkAvx512<1, kWeighted, kPadded>(bags, rows, b, start, acc); break;
-        case 2: SumFp32ChunkAvx512<2, kWeighted, kPadded>(bags, rows, b, start, acc); break;
-        case 3: SumFp32ChunkAvx512<3, kWeighted, kPadded>(bags, rows, b, start, acc); break;
-        default: SumFp32ChunkAvx512<4, kWeighted, kPadded>(bags, rows, b, start, acc); break;
+        case 1: SumChunkAvx512<1, kWeighted, kPadded>(bags, source, b, start, acc); break;
+        case 2: SumChunkAvx512<2, kWeighted, kPadded>(bags, source, b, start, acc); break;
+        case 3: SumChunkAvx512<3, kWeighted, kPadded>(bags, source, b, start, acc); break;
+        default: SumChunkAvx512<4, kWeighted, kPadded>(bags, source, b, start, acc); break;
       }
     }
     FinishBag<kPadded>(bags, mode, b, acc);
@@ -359,12 +396,29 @@ void SumBagsAvx2(const Bags& bags, const Source& source, int mode, float* out) {
   });
 }
 
-// The register path over a packed table, where its format has 8-lane rows (not ternary); false if not.
-bool SumPackedBagsAvx2(const Bags& bags, const PackedTable& table, int mode, float* out) {
+template <typename Source>
+void SumBagsAvx512(const Bags& bags, const Source& source, int mode, float* out) {
+  WithBagFlags(bags, [&](auto weighted, auto padded) {
+    SumBagsAvx512<decltype(weighted)::value, decltype(padded)::value>(bags, source, mode, out);
+  });
+}
+
+// Whether the sixteen-lane sums serve: AVX-512 and whole 16-lane rows.
+bool WideRegisterPathServes(int64_t dim) { return edo::HasAvx512() && dim % 16 == 0; }
+
+// The register path over a packed table, where its format has 8-lane rows (not ternary), sixteen lanes
+// for int8 rows where they serve; false if not.
+bool SumPackedBags(const Bags& bags, const PackedTable& table, int mode, float* out) {
   switch (table.format()) {
     case kFp16: SumBagsAvx2(bags, Fp16LaneSource{table}, mode, out); return true;
     case kBf16: SumBagsAvx2(bags, Bf16LaneSource{table}, mode, out); return true;
-    case kInt8: SumBagsAvx2(bags, Int8LaneSource(table), mode, out); return true;
+    case kInt8:
+      if (WideRegisterPathServes(bags.dim)) {
+        SumBagsAvx512(bags, Int8Lanes16(table), mode, out);
+      } else {
+        SumBagsAvx2(bags, Int8LaneSource(table), mode, out);
+      }
+      return true;
     case kInt4: SumBagsAvx2(bags, BitLaneSource<4, false>(table), mode, out); return true;
     case kInt2: SumBagsAvx2(bags, BitLaneSource<2, false>(table), mode, out); return true;
     case kBinary: SumBagsAvx2(bags, BitLaneSource<1, true>(table), mode, out); return true;
@@ -394,10 +448,8 @@ std::vector<paddle::Tensor> BagPool(const paddle::Tensor& rows, const paddle::Te
   int64_t* a = argmax.data<int64_t>();
   if (!max) a[0] = -1;
   if (RegisterPathServes(mode, bags.dim)) {
-    if (edo::HasAvx512() && bags.dim % 16 == 0) {
-      WithBagFlags(bags, [&](auto weighted, auto padded) {
-        SumFp32BagsAvx512<decltype(weighted)::value, decltype(padded)::value>(bags, source.rows, mode, o);
-      });
+    if (WideRegisterPathServes(bags.dim)) {
+      SumBagsAvx512(bags, Fp32Lanes16{source.rows, source.dim}, mode, o);
     } else {
       SumBagsAvx2(bags, Fp32LaneSource{source.rows, source.dim}, mode, o);
     }
@@ -420,7 +472,7 @@ std::vector<paddle::Tensor> PackedBagPool(const paddle::Tensor& ids, const paddl
   const Bags bags = Check(table.rows(), dim, ids, ids, offsets, weights, has_padding, padding_idx);
   paddle::Tensor out = paddle::empty({bags.num_bags, dim}, paddle::DataType::FLOAT32, paddle::CPUPlace());
   float* o = out.data<float>();
-  if (RegisterPathServes(mode, dim) && SumPackedBagsAvx2(bags, table, mode, o)) return {out};
+  if (RegisterPathServes(mode, dim) && SumPackedBags(bags, table, mode, o)) return {out};
   std::vector<int64_t> argmax(mode == kMax ? bags.num_bags * dim : 0);
 #pragma omp parallel if (bags.num_bags > kParallelBags)
   {
