@@ -313,8 +313,8 @@ struct Int8Lanes16 : CodeChunks<8> {
     }
   };
   EDO_AVX512 Row RowOf(int64_t r, int64_t start) const {
-    const float scale = HalfF16C(Params(r)), offset = HalfF16C(Params(r) + 1) + 128.0f * scale;
-    return {Codes(r, start), _mm512_set1_ps(scale), _mm512_set1_ps(offset)};
+    const Int8Lanes lanes = Int8Lanes::Of(Codes(r, start), Params(r));  // its scale and folded offset
+    return {lanes.codes, _mm512_set1_ps(lanes.scale), _mm512_set1_ps(lanes.offset)};
   }
   template <int kVectors>
   void PrefetchChunk(int64_t r, int64_t start) const {

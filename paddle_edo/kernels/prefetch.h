@@ -2,7 +2,7 @@
 // (prefetcht2): a prefetch into L1 holds one of the core's few L1 miss buffers until its line arrives, which
 // caps how many random rows are in flight at once; into L2 the lines ride on L2's larger queue, and the
 // reads that follow hit L2. Measured on a 2-core AMD EPYC (Zen 4), fp32 bags of 20 over a 1e6 x 64 table:
-// uniform ids 31.7 -> 22.1 ms, Zipf ids 11.1 -> 8.6 ms (with the bags' distance of 32 entries).
+// uniform ids 31.8 -> 21.1 ms, Zipf ids 11.1 -> 8.2 ms (with the bags' distance of 32 entries).
 #pragma once
 
 #include <cstdint>
