@@ -18,6 +18,7 @@ setup(
     install_requires=[
         "numpy",
         "PyYAML>=5.4",
+        "scipy",  # the planner's least-squares fits of shared rows: sparse products
         "visualdl==2.5.3",  # imports beside Paddle 3.3.1, numpy 2 and protobuf 7 too (measured)
         "jieba==0.42.1",
         "pyarrow>=15",  # users' files: CSV / Parquet readers, hash aggregation for vocabularies

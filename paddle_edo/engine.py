@@ -178,11 +178,12 @@ class Engine:
             start = self._train_epochs()
             return self._finish(start)
 
-    def train_epochs(self) -> list[dict[str, Any]]:
+    def train_epochs(self, validate: bool = True) -> list[dict[str, Any]]:
         """Train for train.epochs (resuming if asked) and stop there, tables unpacked and the test split
-        unread (a short run that only compares validation scores): the epochs' logs, ``valid_auc`` among them."""
+        unread (a short run that only compares validation scores): the epochs' logs, ``valid_auc`` among them
+        unless ``validate`` is false (a run wanted for its trained tables alone)."""
         with self._training_log():
-            self._train_epochs()
+            self._train_epochs(validate)
         return self.history
 
     @contextlib.contextmanager
@@ -196,8 +197,9 @@ class Engine:
             logger.removeHandler(handler)
             handler.close()
 
-    def _train_epochs(self) -> float:
-        """The epochs left to train; returns when they started (perf_counter)."""
+    def _train_epochs(self, validate: bool = True) -> float:
+        """The epochs left to train, each scored on the validation split if ``validate``; returns when they
+        started (perf_counter)."""
         train = self.config["train"]
         (self.output_dir / "config.yaml").write_text(dump_config(self.config), encoding="utf-8")
         self._maybe_resume(train["resume"])
@@ -206,13 +208,14 @@ class Engine:
         start = time.perf_counter()
         while self.epoch < train["epochs"]:
             logs = self._train_epoch()
-            logs.update({f"valid_{k}": v for k, v in self.evaluate("valid").items()})
+            if validate:
+                logs.update({f"valid_{k}": v for k, v in self.evaluate("valid").items()})
             self.epoch += 1
             self.step_in_epoch = 0
             logs["epoch"] = self.epoch
             self.history.append(logs)
-            logger.info("epoch %d/%d  loss %.4f  valid auc %.4f  valid logloss %.4f", self.epoch,
-                        train["epochs"], logs["loss"], logs["valid_auc"], logs["valid_logloss"])
+            scores = f"  valid auc {logs['valid_auc']:.4f}  valid logloss {logs['valid_logloss']:.4f}" if validate else ""
+            logger.info("epoch %d/%d  loss %.4f%s", self.epoch, train["epochs"], logs["loss"], scores)
             for name, statistics in self.cache_statistics().items():
                 logger.info("cache %s: hit rate %.3f, %d misses, %d evictions", name, statistics["hit_rate"],
                             statistics["misses"], statistics["evictions"])

@@ -11,6 +11,7 @@ from .compat import PIR_PROGRAMS
 from .data.ctr import FieldSpec
 from .errors import EdoFileNotFoundError, EdoRuntimeError, EdoValueError
 from .kernels import fused_ops, fused_static_programs
+from .runtime import openmp_threads_kept
 
 PROGRAM_SUFFIXES = (".json", ".pdmodel")  # what paddle.jit.save writes: a PIR program (Paddle 3), a legacy one (2.6)
 FUSED_OPS = ("edo_hash_lookup", "edo_qr_lookup", "edo_mixed_dim_lookup", "edo_quantized_lookup",
@@ -142,7 +143,8 @@ class Predictor:
             config.disable_mkldnn()  # Paddle 3's oneDNN passes change the arithmetic: the served values would
             config.set_cpu_math_library_num_threads(num_threads)  # differ from dygraph's (measured: 1e-3)
         config.disable_glog_info()
-        self.predictor = inference.create_predictor(config)
+        with openmp_threads_kept():   # creating and running a predictor set the caller's threads
+            self.predictor = inference.create_predictor(config)
         self.input_names = self.predictor.get_input_names()
 
     def run(self, inputs: Sequence[np.ndarray]) -> np.ndarray:
@@ -162,5 +164,6 @@ class Predictor:
             handle = self.predictor.get_input_handle(name)
             handle.reshape(list(value.shape))
             handle.copy_from_cpu(np.ascontiguousarray(value))
-        self.predictor.run()
+        with openmp_threads_kept():
+            self.predictor.run()
         return self.predictor.get_output_handle(self.predictor.get_output_names()[0]).copy_to_cpu()

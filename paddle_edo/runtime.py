@@ -2,13 +2,16 @@
 freed memory handed back, and the folder downloaded files are kept in."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
 import random
 import warnings
 
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import paddle
@@ -47,8 +50,9 @@ def cpu_threads() -> int:
 
 def set_num_threads(n: int) -> None:
     """CPU math threads. ``import paddle`` pins OMP_NUM_THREADS to 1 when unset; this sets them after import,
-    for Paddle's kernels (Intel OpenMP) and for paddle_edo's native kernels (GNU OpenMP, which Paddle's
-    setting does not reach: measured, they took every core whatever train.num_threads said).
+    for Paddle's kernels (Intel OpenMP) and paddle_edo's native kernels: on Paddle's Intel OpenMP as well
+    where Paddle ships it (kernels/__init__.py links them to it), else on GNU OpenMP, which Paddle's
+    setting does not reach (measured: they then took every core whatever train.num_threads said).
 
     On the CPU, static programs (to_static) also run their ops one after another: Paddle 2.6's
     multi-threaded executor over-subscribes a few cores, and lookups under to_static measured 3-10x
@@ -57,11 +61,32 @@ def set_num_threads(n: int) -> None:
     paddle.base.core.set_num_threads(int(n))
     _threads[0] = int(n)
     try:
-        ctypes.CDLL("libgomp.so.1").omp_set_num_threads(int(n))  # the instance the kernels load, once loaded
+        ctypes.CDLL("libgomp.so.1").omp_set_num_threads(int(n))  # kernels built without Intel OpenMP use it
     except OSError:  # no GNU OpenMP here: no native kernels either
         pass
     if paddle.get_device() == "cpu":
         paddle.set_flags({"FLAGS_new_executor_serial_run": True})
+
+
+@functools.cache
+def _paddles_openmp() -> ctypes.CDLL | None:
+    """The Intel OpenMP runtime Paddle ships (and the native kernels link), or None where it ships none."""
+    library = Path(paddle.__file__).parent / "libs" / "libiomp5.so"
+    return ctypes.CDLL(str(library)) if library.exists() else None
+
+
+@contextlib.contextmanager
+def openmp_threads_kept() -> Iterator[None]:
+    """Within, code may change the calling thread's OpenMP threads; after, they are as before. A Paddle
+    Inference predictor's run leaves them at 1 whatever its config says (measured on 2.6.2), which put every
+    later op and native kernel of the thread on one core."""
+    runtime = _paddles_openmp()
+    before = runtime.omp_get_max_threads() if runtime is not None else None
+    try:
+        yield
+    finally:
+        if before is not None and runtime.omp_get_max_threads() != before:
+            paddle.base.core.set_num_threads(before)
 
 
 def seed_everything(seed: int) -> None:

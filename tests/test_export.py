@@ -87,6 +87,28 @@ def test_predictor_checks_its_inputs(tmp_path):
         Predictor(tmp_path / "none")
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_predictor_leaves_the_callers_threads_as_they_were(tmp_path, fused):
+    """Creating and running a Paddle Inference predictor set the calling thread's OpenMP threads (a run leaves
+    them at 1, whatever the predictor's own setting); the caller's ops and kernels keep theirs."""
+    from paddle_edo import kernels
+    from paddle_edo.runtime import set_num_threads
+
+    threads = kernels.c_function("edo_openmp_threads")
+    if threads is None:
+        pytest.skip("no native kernels here")
+    prefix = export_model(model({"type": "quantized", "storage_format": "int8"}), input_specs(FIELDS),
+                          tmp_path / "m", fused_kernels=fused)
+    try:
+        set_num_threads(2)
+        predictor = Predictor(prefix, device="cpu", num_threads=1)
+        assert threads() == 2
+        predictor.run(inputs())
+        assert threads() == 2
+    finally:
+        set_num_threads(2)
+
+
 def test_an_export_replaces_a_program_of_the_other_kind(tmp_path):
     kind, other = (".json", ".pdmodel") if PIR_PROGRAMS else (".pdmodel", ".json")
     (tmp_path / f"model{other}").write_text("an export of the other Paddle")

@@ -14,6 +14,7 @@ from ..schema import ConfigError
 METHODS = ("fp32", "fp16", "bf16", "int8", "cached", "clustered", "int4", "int2", "ternary", "binary", "mixed_dim",
            "hash", "qr")
 QAT_FORMATS = ("int4", "int2", "ternary", "binary")   # trained quantization-aware: PTQ loses more at these widths
+PACKED_FORMATS = ("fp16", "bf16", "int8", *QAT_FORMATS)  # a table held in fewer bits a value, rows kept apart
 SHARING = ("mixed_dim", "hash", "qr")                 # trained from scratch: their cost is an estimate
 HASH_FRACTIONS = (0.25, 0.1, 1 / 30, 0.01, 0.001)
 CLUSTER_FRACTIONS = (0.25, 0.05)
@@ -57,7 +58,7 @@ def table_candidates(rows: int, dim: int, methods: Sequence[str], device: bool, 
     so the host may keep a cached table's rows; ``within_fp16``: the table's values fit fp16's range, so
     bf16, as large and less precise, is left out)."""
     found = [Candidate("fp32", "fp32", {"type": "dense"})]
-    for name in ("fp16", "bf16", "int8", *QAT_FORMATS):
+    for name in PACKED_FORMATS:
         if name == "bf16" and within_fp16 and "fp16" in methods:
             continue
         if name in methods and FORMATS[name].row_bytes(dim) < 4 * dim:  # narrow rows: parameters outweigh codes

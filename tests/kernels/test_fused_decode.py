@@ -1,4 +1,6 @@
 """The fused gather-decode kernel of packed tables (kernels/quantized.cc) against Paddle's composite decode."""
+from pathlib import Path
+
 import numpy as np
 import paddle
 import pytest
@@ -146,17 +148,30 @@ def test_a_fused_export_of_packed_tables_serves_the_same_bits(tmp_path, dtype):
 
 
 def test_the_kernels_follow_the_configured_threads():
-    import ctypes
-
     from paddle_edo.runtime import set_num_threads
 
-    kernels.fused_ops()
-    openmp = ctypes.CDLL("libgomp.so.1")  # the kernels' OpenMP runtime, as loaded in this process
+    threads = kernels.c_function("edo_openmp_threads")  # as the kernels' own OpenMP runtime sees them
     try:
         set_num_threads(1)
-        assert openmp.omp_get_max_threads() == 1
+        assert threads() == 1
         set_num_threads(2)
-        assert openmp.omp_get_max_threads() == 2
+        assert threads() == 2
+    finally:
+        set_num_threads(2)
+
+
+@pytest.mark.skipif(not (Path(paddle.__file__).parent / "libs" / "libiomp5.so").exists(),
+                    reason="this Paddle ships no Intel OpenMP for the kernels to share")
+def test_the_kernels_run_on_paddles_own_openmp_threads():
+    """Paddle's thread setting alone (as a predictor's config makes it) reaches the kernels: one runtime,
+    one pool of threads (GNU OpenMP's setting stays apart from it)."""
+    from paddle_edo.runtime import set_num_threads
+
+    threads = kernels.c_function("edo_openmp_threads")
+    try:
+        for n in (1, 2):
+            paddle.base.core.set_num_threads(n)
+            assert threads() == n
     finally:
         set_num_threads(2)
 

@@ -102,3 +102,26 @@ def test_a_plan_without_row_sharing_is_checked_against_every_table_hashed_to_the
     assert label == "every table hashed to 0.25 of its rows, packed inner tables"
     assert alternative == {"a": options["a"][3], "b": small}
     assert _alternatives(options, chosen, {"a": 1000, "b": 50}, 1000) == []   # nothing else fits
+
+
+def test_a_plan_is_also_checked_against_the_least_risky_format_on_every_table_that_fits():
+    from paddle_edo.planner import Candidate, Option, choose
+    from paddle_edo.planner.plan import _alternatives
+
+    def packed(method, label, nbytes, cost):
+        return Option(Candidate(method, label, {"type": "quantized", "storage_format": method}), nbytes, cost)
+
+    fp32 = Option(Candidate("fp32", "fp32", {"type": "dense"}), 32000, 0.0)
+    weights = Option(Candidate("fp32", "fp32", {"type": "dense"}), 4000, 0.0)   # rows too narrow for int8 or int4
+    options = {"a": [fp32, packed("fp16", "fp16 ptq", 16000, 1e-9), packed("int8", "int8 ptq", 10000, 1e-7),
+                     packed("int4", "int4 qat", 6000, 1e-6)],
+               "b": [fp32, packed("fp16", "fp16 ptq", 16000, 1e-9), packed("int8", "int8 ptq", 10000, 1e-7),
+                     packed("int4", "int4 qat", 6000, 2e-6)],
+               "w": [weights, packed("fp16", "fp16 ptq", 2000, 1e-12)]}
+    chosen = choose(options, 18000)
+    assert chosen == {"a": options["a"][3], "b": options["b"][2], "w": options["w"][1]}   # the knapsack's mix
+    [(label, alternative)] = _alternatives(options, chosen, {"a": 50, "b": 50, "w": 50}, 18000)
+    assert label == "every table int4 qat where it has that format"   # fp16 (34,000 B) and int8 (22,000 B) do not fit
+    assert alternative == {"a": options["a"][3], "b": options["b"][3], "w": options["w"][1]}
+    rechecked = _alternatives(options, alternative, {"a": 50, "b": 50, "w": 50}, 18000)
+    assert all(other != label for other, _ in rechecked)   # a plan in that format is not checked against itself
