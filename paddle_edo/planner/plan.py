@@ -49,7 +49,7 @@ from .surrogates import fitted_table
 logger = logging.getLogger("paddle_edo")
 
 PROBE_SHARE = 1 / 4        # of the config's training that the probe run takes
-CHECK_SHARE = 1 / 10       # and each of the (at most three) check runs: planning costs at most one training run
+CHECK_SHARE = 1 / 10       # and each of the (at most three) check runs: planning aims at one training run
 CACHE_COST = 1e-9          # a cached table's cost per missed lookup share: exact rows, only slower
 ESTIMATE_DISCOUNT = 0.05   # the alternative plan's view of row-sharing layers: training recovers nearly all
 
