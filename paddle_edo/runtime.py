@@ -68,11 +68,13 @@ def set_num_threads(n: int) -> None:
         paddle.set_flags({"FLAGS_new_executor_serial_run": True})
 
 
+PADDLE_OPENMP = Path(paddle.__file__).parent / "libs" / "libiomp5.so"  # Intel's, where Paddle ships it
+
+
 @functools.cache
 def _paddles_openmp() -> ctypes.CDLL | None:
     """The Intel OpenMP runtime Paddle ships (and the native kernels link), or None where it ships none."""
-    library = Path(paddle.__file__).parent / "libs" / "libiomp5.so"
-    return ctypes.CDLL(str(library)) if library.exists() else None
+    return ctypes.CDLL(str(PADDLE_OPENMP)) if PADDLE_OPENMP.exists() else None
 
 
 @contextlib.contextmanager

@@ -33,6 +33,7 @@ import numpy as np
 import paddle
 
 from ..errors import EdoIndexError, EdoValueError
+from ..runtime import PADDLE_OPENMP
 
 logger = logging.getLogger("paddle_edo")
 
@@ -133,9 +134,9 @@ def _openmp_link_flags() -> list[str]:
     where Paddle ships one: one pool of threads for Paddle's ops and these kernels. With GNU's runtime
     beside it, each runtime's idle threads spin while the other's work, and a training step that
     alternates them ran 2-3x slower (measured: a planner check run's step 26 ms, 9.4 ms on one runtime)."""
-    libs = Path(paddle.__file__).parent / "libs"
-    if (libs / "libiomp5.so").exists():
-        return [f"-L{libs}", "-l:libiomp5.so", f"-Wl,-rpath,{libs}"]
+    if PADDLE_OPENMP.exists():
+        libs = PADDLE_OPENMP.parent
+        return [f"-L{libs}", f"-l:{PADDLE_OPENMP.name}", f"-Wl,-rpath,{libs}"]
     return ["-fopenmp"]
 
 

@@ -1,6 +1,4 @@
 """The fused gather-decode kernel of packed tables (kernels/quantized.cc) against Paddle's composite decode."""
-from pathlib import Path
-
 import numpy as np
 import paddle
 import pytest
@@ -11,6 +9,7 @@ from paddle_edo.export import Predictor, export_model, input_specs, uses_fused_k
 from paddle_edo.models import DeepFM
 from paddle_edo.nn import DenseEmbedding, QuantizedEmbedding
 from paddle_edo.quant import FORMATS, codecs
+from paddle_edo.runtime import PADDLE_OPENMP
 
 
 def composite(monkeypatch, layer, ids):
@@ -160,7 +159,7 @@ def test_the_kernels_follow_the_configured_threads():
         set_num_threads(2)
 
 
-@pytest.mark.skipif(not (Path(paddle.__file__).parent / "libs" / "libiomp5.so").exists(),
+@pytest.mark.skipif(not PADDLE_OPENMP.exists(),
                     reason="this Paddle ships no Intel OpenMP for the kernels to share")
 def test_the_kernels_run_on_paddles_own_openmp_threads():
     """Paddle's thread setting alone (as a predictor's config makes it) reaches the kernels: one runtime,
