@@ -23,6 +23,7 @@ MODES = ("ptq", "qat", "low_precision")
 LOW_PRECISION_DTYPES = ("fp16", "bf16", "int8")
 ROW_OPTIMIZERS = ("sgd", "adagrad")
 ENCODE_CHUNK_ROWS = 1 << 16
+RELEASE_FROM_BYTES = 1 << 20  # a smaller master leaves no more behind; handing memory back takes ~2 ms a call
 ADAGRAD_EPSILON = 1e-8
 FORMAT_NUMBERS = {name: number for number, name in enumerate(FORMATS)}  # the kernels' numbering
 FUSED_FAKE_QUANTIZATION = ("fp16", "bf16", "int8", "int4", "int2")  # kernels/fake_quant.cc; the others scale by a mean
@@ -183,10 +184,12 @@ class QuantizedEmbedding(EmbeddingBase):
         master's, weighted by ``frequencies`` (a count per id) when given."""
         if not self.packed:
             weight = self.weight.detach()
+            master_bytes = int(weight.size) * weight.element_size()
             del self._parameters["weight"]
             self._store(weight, frequencies)
             del weight
-            release_freed_memory()
+            if master_bytes >= RELEASE_FROM_BYTES:
+                release_freed_memory()
         return self
 
     @property

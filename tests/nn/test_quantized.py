@@ -73,6 +73,17 @@ def test_ptq_trains_fp32_then_packs_to_the_values_from_embedding_gives():
     assert table.estimated_bytes() == 100 * (8 + 4)
 
 
+def test_packing_hands_memory_back_after_a_master_of_a_mebibyte_or_more(monkeypatch):
+    import paddle_edo.nn.quantized as quantized
+
+    released = []
+    monkeypatch.setattr(quantized, "release_freed_memory", lambda: released.append(True))
+    QuantizedEmbedding(4095, 64, "int8", mode="ptq").pack()       # 4095 x 64 x 4 bytes: just under 1 MiB
+    assert released == []
+    QuantizedEmbedding(4096, 64, "int8", mode="ptq").pack()
+    assert released == [True]
+
+
 def test_qat_lookups_are_fake_quantized_and_gradients_stay_sparse():
     table = QuantizedEmbedding(100, 16, "int2", padding_idx=0, mode="qat")
     ids = paddle.to_tensor([1, 5, 5, 0])
