@@ -125,3 +125,20 @@ def test_a_plan_is_also_checked_against_the_least_risky_format_on_every_table_th
     assert alternative == {"a": options["a"][3], "b": options["b"][3], "w": options["w"][1]}
     rechecked = _alternatives(options, alternative, {"a": 50, "b": 50, "w": 50}, 18000)
     assert all(other != label for other, _ in rechecked)   # a plan in that format is not checked against itself
+
+
+def test_checks_within_a_tie_go_to_the_plan_of_fewest_distinct_choices():
+    from paddle_edo.planner import Candidate, Option
+    from paddle_edo.planner.plan import CHECK_TIE, _preferred_check
+
+    def option(label):
+        return Option(Candidate(label.split()[0], label, {"type": "quantized"}), 100, 0.0)
+
+    mix = ("plan", {"a": option("int8 ptq"), "b": option("int4 qat"), "w": option("fp16 ptq")})
+    uniform = ("every table int4 qat where it has that format",
+               {"a": option("int4 qat"), "b": option("int4 qat"), "w": option("fp16 ptq")})
+    plans = [mix, uniform]
+    assert _preferred_check(plans, [{"valid_auc": 0.7203}, {"valid_auc": 0.7197}]) == 1   # a tie: fewer choices
+    assert _preferred_check(plans, [{"valid_auc": 0.7203 + CHECK_TIE}, {"valid_auc": 0.7197}]) == 0
+    assert _preferred_check(plans, [{"valid_auc": 0.7190}, {"valid_auc": 0.7197}]) == 1
+    assert _preferred_check([mix, mix], [{"valid_auc": 0.7190}, {"valid_auc": 0.7195}]) == 1   # same: the better
