@@ -62,7 +62,7 @@ def use_mkl_avx2_on_amd() -> str | None:
     return os.environ.get(MKL_CPU_TYPE)
 
 
-MKL_CODE_PATH = use_mkl_avx2_on_amd()
+use_mkl_avx2_on_amd()  # on import: MKL reads the variable at its first call
 
 
 def gpu_available() -> bool:
