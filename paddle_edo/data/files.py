@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import glob
 import io
+import threading
+import weakref
 from dataclasses import dataclass, field as dataclass_field
 from pathlib import Path
 from typing import Iterator
@@ -16,6 +18,7 @@ from ..errors import DataError
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 EXAMPLES_KEPT = 5
+HANDLER_RELEASE_WAIT_S = 10.0  # pyarrow's read-ahead of a block, at most
 
 
 @dataclass(frozen=True)
@@ -123,21 +126,24 @@ def _csv_batches(path: Path, form: FileFormat, columns: list[str], bad_rows: Bad
 
     def invalid_row(row) -> str:
         problem = f"{row.actual_columns} columns where {row.expected_columns} are expected: {row.text[:200]!r}"
-        try:
-            if bad_rows.skip:
-                bad_rows.add(str(path), problem)
-                return "skip"
-            raise DataError(f"{path}: line {_line_of(path, row.text)}: {problem}")
-        except DataError as exc:
-            refused.append(exc)
+        if not bad_rows.skip:
+            refused.append(DataError(f"{path}: line {_line_of(path, row.text)}: {problem}"))
             return "error"
+        try:
+            bad_rows.add(str(path), problem)
+        except DataError as exc:
+            refused.append(exc.with_traceback(None))  # a traceback would hold this handler alive
+            return "error"
+        return "skip"
 
+    handler_released = threading.Event()
+    handler_watch = weakref.ref(invalid_row, lambda _: handler_released.set())
     read = pcsv.ReadOptions(block_size=form.block_size, column_names=list(form.column_names) or None,
                             use_threads=True)
     parse = pcsv.ParseOptions(delimiter=form.separator, invalid_row_handler=invalid_row)
     convert = pcsv.ConvertOptions(include_columns=columns, column_types={c: pa.string() for c in columns},
                                   strings_can_be_null=True, quoted_strings_can_be_null=True)
-    row = 0
+    row, reader = 0, None
     try:
         reader = pcsv.open_csv(path, read_options=read, parse_options=parse, convert_options=convert)
         for batch in reader:
@@ -147,6 +153,16 @@ def _csv_batches(path: Path, form: FileFormat, columns: list[str], bad_rows: Bad
         if refused:
             raise refused[0] from None
         raise DataError(f"{path}: cannot be read as CSV after data row {row} ({exc})") from None
+    finally:
+        # A reader closed before the end of its file leaves read-ahead tasks on pyarrow's threads, and the
+        # last of them frees the Python handler, which takes the GIL; done while the interpreter exits,
+        # that aborts the process ("terminate called without an active exception"). So the handler's
+        # release is awaited here.
+        if reader is not None:
+            reader.close()
+        del reader, parse, invalid_row
+        handler_released.wait(HANDLER_RELEASE_WAIT_S)
+        del handler_watch
 
 
 def column_names(path: Path, form: FileFormat) -> list[str]:

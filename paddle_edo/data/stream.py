@@ -2,6 +2,7 @@
 shuffle buffer, sharded across ranks; memory stays bounded whatever the files' size."""
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from pathlib import Path
@@ -105,13 +106,14 @@ def load_tables(plan: DataPlan) -> dict[str, CTRTable]:
     """Every split in memory, in one pass over the files."""
     parts: dict[str, list] = {split: [] for split in SPLITS}
     bad = plan.source.new_bad_rows()
-    for file_index, first_row, batch in plan.source.batches(bad):
-        parsed = plan.parse(file_index, first_row, batch, bad)
-        encoded = plan.encode(parsed)
-        for code, split in enumerate(SPLITS):
-            rows = np.flatnonzero(parsed.splits == code)
-            if len(rows):
-                parts[split].append({k: v[rows] for k, v in encoded.items()})
+    with contextlib.closing(plan.source.batches(bad)) as batches:
+        for file_index, first_row, batch in batches:
+            parsed = plan.parse(file_index, first_row, batch, bad)
+            encoded = plan.encode(parsed)
+            for code, split in enumerate(SPLITS):
+                rows = np.flatnonzero(parsed.splits == code)
+                if len(rows):
+                    parts[split].append({k: v[rows] for k, v in encoded.items()})
     return {split: to_table(plan, chunks) for split, chunks in parts.items()}
 
 
@@ -124,14 +126,16 @@ def load_rows(data_config: dict[str, Any], state_dir: Path, path: str | Path) ->
         raise DataError(f"no data plan in {state_dir}: tools/train.py writes it when it trains on "
                         f"data.name {data_config['name']!r}")
     bad = source.new_bad_rows()
-    chunks = [plan.encode(plan.parse(file_index, first_row, batch, bad))
-              for file_index, first_row, batch in source.batches(bad)]
+    with contextlib.closing(source.batches(bad)) as batches:
+        chunks = [plan.encode(plan.parse(file_index, first_row, batch, bad))
+                  for file_index, first_row, batch in batches]
     return to_table(plan, chunks), source.label is not None
 
 
 def prefetched(items: Iterator[T]) -> Iterator[T]:
     """The items (record batches, encoded chunks), made on a thread ahead of their use (pyarrow and numpy
-    release the GIL); an error on the thread is raised where its item would have come."""
+    release the GIL); an error on the thread is raised where its item would have come. When the consumer
+    stops early, the thread closes ``items`` (their files' readers) before it ends."""
     ready: queue.Queue = queue.Queue(maxsize=PREFETCH_CHUNKS)
     stop = threading.Event()
     done = object()
@@ -154,6 +158,10 @@ def prefetched(items: Iterator[T]) -> Iterator[T]:
             offer(done)
         except BaseException as exc:  # handed to the consumer
             offer(exc)
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
 
     thread = threading.Thread(target=read, name="paddle_edo-reader", daemon=True)
     thread.start()

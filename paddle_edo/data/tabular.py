@@ -3,6 +3,7 @@ pass over the files that learns vocabularies, numeric statistics and split sizes
 beside the run), and the encoding of record batches into id fields, dense features and labels."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from dataclasses import dataclass, replace
@@ -353,8 +354,9 @@ def count_rows(plan: DataPlan) -> dict[str, int]:
     """Good rows per split, in one pass over the files."""
     bad = plan.source.new_bad_rows()
     rows = np.zeros(3, dtype=np.int64)
-    for file_index, first_row, batch in plan.source.batches(bad):
-        rows += np.bincount(plan.parse(file_index, first_row, batch, bad).splits, minlength=3)
+    with contextlib.closing(plan.source.batches(bad)) as batches:
+        for file_index, first_row, batch in batches:
+            rows += np.bincount(plan.parse(file_index, first_row, batch, bad).splits, minlength=3)
     return dict(zip(SPLITS, (int(r) for r in rows)))
 
 
@@ -369,23 +371,24 @@ def build_plan(source: TabularSource) -> DataPlan:
     stats = {c.name: NumericStats() for c in source.numeric}
     rng = np.random.default_rng(source.seed)
     rows = np.zeros(3, dtype=np.int64)
-    for file_index, first_row, batch in source.batches(bad):
-        parsed = parse(source, file_index, first_row, batch, bad, given)
-        rows += np.bincount(parsed.splits, minlength=3)
-        train = parsed.splits == 0
-        if not train.any():
-            continue
-        rows_of_train = parsed.batch.filter(pa.array(train))
-        for column in source.categorical:
-            values = rows_of_train.column(column.name)
-            if column.multi_valued:
-                flat, _, position, _ = split_cells(values, column.separator)
-                longest[column.name] = max(longest[column.name], int(position.max()) + 1 if position.size else 0)
-                values = flat
-            if column.name in counted:
-                counted[column.name].add(as_strings(values))
-        for name, numbers in parsed.numbers.items():
-            stats[name].update(numbers[train], rng)
+    with contextlib.closing(source.batches(bad)) as batches:
+        for file_index, first_row, batch in batches:
+            parsed = parse(source, file_index, first_row, batch, bad, given)
+            rows += np.bincount(parsed.splits, minlength=3)
+            train = parsed.splits == 0
+            if not train.any():
+                continue
+            rows_of_train = parsed.batch.filter(pa.array(train))
+            for column in source.categorical:
+                values = rows_of_train.column(column.name)
+                if column.multi_valued:
+                    flat, _, position, _ = split_cells(values, column.separator)
+                    longest[column.name] = max(longest[column.name], int(position.max()) + 1 if position.size else 0)
+                    values = flat
+                if column.name in counted:
+                    counted[column.name].add(as_strings(values))
+            for name, numbers in parsed.numbers.items():
+                stats[name].update(numbers[train], rng)
     if bad.count:
         logger.warning("data: %s", bad.summary())
     if rows[0] == 0:

@@ -1,10 +1,16 @@
+import gc
 import gzip
+import inspect
+import io
+import time
+import weakref
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from paddle_edo.data import DataError
+from paddle_edo.data import files
 from paddle_edo.data.files import BadRows, FileFormat, list_files, read_batches
 
 
@@ -83,3 +89,45 @@ def test_unreadable_files_are_named(tmp_path):
     (tmp_path / "d.csv.gz").write_bytes(b"not gzip at all")
     with pytest.raises(DataError, match=r"d.csv.gz: cannot be read"):
         rows(tmp_path / "d.csv.gz", ["label"])
+
+
+def row_handler() -> weakref.ref:
+    """A weak reference to the one CSV reader's row handler alive."""
+    (handler,) = (o for o in gc.get_objects()
+                  if inspect.isfunction(o) and o.__qualname__ == "_csv_batches.<locals>.invalid_row")
+    return weakref.ref(handler)
+
+
+class SlowFile(io.FileIO):
+    """A file whose reads after the first take a while: pyarrow's read-ahead is still reading when the
+    reader is closed."""
+
+    def read(self, size=-1):
+        if self.tell():
+            time.sleep(0.2)
+        return super().read(size)
+
+
+def test_a_csv_reader_closed_early_has_let_go_of_its_row_handler(tmp_path, monkeypatch):
+    """pyarrow's read-ahead tasks hold the reader's Python row handler after it closes; freed on their
+    thread while the interpreter exits, it aborts the process. A reader closed early returns only once
+    the handler is freed."""
+    path = tmp_path / "d.csv"
+    path.write_text("label,user\n" + "".join(f"{i % 2},u{i}\n" for i in range(10_000)))
+    open_csv, opened = files.pcsv.open_csv, []
+
+    def open_slowly(source, **options):
+        opened.append(SlowFile(source))
+        return open_csv(opened[-1], **options)
+
+    monkeypatch.setattr(files.pcsv, "open_csv", open_slowly)
+    batches = read_batches(path, FileFormat(block_size=1 << 12), ["label", "user"], BadRows())
+    next(batches)
+    handler, file = row_handler(), weakref.ref(opened.pop())
+    batches.close()
+    assert handler() is None
+    for _ in range(50):  # the read-ahead lets go of this Python file (not a reader's own) a read later
+        if file() is None:
+            break
+        time.sleep(0.1)
+    assert file() is None

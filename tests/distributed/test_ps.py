@@ -55,11 +55,12 @@ def run_job(out: Path, *overrides: str, log: str = "log") -> str:
     every trainer at once (seen twice in about 40 CI runs, once in the first epoch and once in the second;
     Paddle 2.6.2's geo communicator writes the rows it receives into the tables while the trainer's
     executor updates them)."""
-    geo = "distributed.ps_mode=geo" in overrides
+    geo, resuming = "distributed.ps_mode=geo" in overrides, "train.resume=true" in overrides
     for attempt in range(2):
         job = launch(out, *overrides, log=log)
         output = finish(job)
-        if job.returncode == 0 or attempt or not (failed_to_start(out, log) or geo and diverged(out, output, log)):
+        if job.returncode == 0 or attempt or not (failed_to_start(out, log)
+                                                  or geo and diverged(out, output, log, resuming)):
             break
     assert job.returncode == 0, output[-3000:] + logs(out, log)[-3000:]
     return output
@@ -75,12 +76,13 @@ def failed_to_start(out: Path, log: str = "log") -> bool:
     return True
 
 
-def diverged(out: Path, output: str, log: str = "log") -> bool:
+def diverged(out: Path, output: str, log: str = "log", resuming: bool = False) -> bool:
     """Whether the job stopped on a NaN loss (DivergedError); if so, its logs and outputs are removed
-    for the job to start again."""
+    for the job to start again. A resumed job loses its logs only: the epoch checkpoint it resumed from
+    stays (the job stopped before it wrote the next), and so do the earlier jobs' logs."""
     if "the mean loss is nan" not in output + logs(out, log):
         return False
-    shutil.rmtree(out)
+    shutil.rmtree(out / log if resuming else out)
     return True
 
 
