@@ -78,14 +78,16 @@ def load_chnsenti(data_config: dict[str, Any]) -> Splits:
     valid and test hold words never seen in training. ``extra["test_oov"]``: the test sentences with
     at least one such word. With ``text.new_words``, the chosen lexicon words are left out of the word
     vocabulary (their characters stay), as words coined after it was built would be, and
-    ``extra["test_new_words"]`` holds the test sentences with at least one of them."""
+    ``extra["test_new_words"]`` holds the test sentences with at least one of them (with
+    ``new_words.hidden`` false the words stay known: the same subset, for reference)."""
     text = data_config["text"]
     tokenizer = JiebaTokenizer(text["user_dicts"], hmm=text["hmm"])
     texts, labels, segmented = _segmented_reviews(data_config["cache_dir"], tokenizer)
     train_rows, valid_rows, test_rows = split_rows(len(texts), data_config["split"], data_config["seed"])
     train_words = [segmented[i][: text["max_words"]] for i in train_rows]
     coined = new_words(segmented, text["new_words"], data_config["cache_dir"])
-    words = Vocab.build(([w for w in s if w not in coined] for s in train_words), text["min_freq"],
+    hidden = coined if text["new_words"]["hidden"] else set()
+    words = Vocab.build(([w for w in s if w not in hidden] for s in train_words), text["min_freq"],
                         text["max_word_vocab"])
     chars = Vocab.build(([c for w in s for c in w] for s in train_words), 1, text["max_char_vocab"])
     table = text_table(text_encoder(data_config, {"words": words, "chars": chars}), segmented, labels)

@@ -68,6 +68,8 @@ DATA_OPTIONS: dict[str, Any] = {
                             doc="share of the lexicon words found in the corpus that are made new"),
             "seed": Option(0, int, low=0, doc="seed of the choice of new words"),
             "min_chars": Option(2, int, low=1, doc="characters a lexicon word needs to be chosen"),
+            "hidden": Option(True, bool, doc="false: the chosen words stay in the word vocabulary and their "
+                                             "sentences still make test_new_words (what hiding them costs)"),
         },
     },
 }

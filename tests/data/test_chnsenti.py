@@ -61,6 +61,9 @@ def test_new_words_leave_the_word_vocabulary_but_keep_their_characters(tmp_path)
     half = load_chnsenti(config(tmp_path, max_words=16, **{**overrides, "new_words.share": 0.5,
                                                           "new_words.seed": 3})["data"])
     assert len({"不错", "满意", "失望"} - set(half.vocabularies["words"].tokens)) == 2  # round(0.5 x 3)
+    known = load_chnsenti(config(tmp_path, max_words=16, **{**overrides, "new_words.hidden": False})["data"])
+    assert known.vocabularies == plain.vocabularies   # the reference: the same subset, its words known
+    np.testing.assert_array_equal(known.extra["test_new_words"].ids["words"], flat[np.isin(flat, new_ids).any(axis=1)])
 
 
 def test_a_lexicon_without_a_word_of_the_corpus_is_refused(tmp_path):
