@@ -1,4 +1,5 @@
 """Native CPU kernels: fused lookups for the shared tables (Paddle custom operators, lookups.cc), the
+table-batched lookup of a collection's tables and its backward with the optimizer fused in (collection.cc), the
 distinct ids of a batch for deduplicated training lookups (a custom operator, unique_ids.cc) and the
 monitor's row-gradient summaries (C functions called through ctypes, row_norms.cc), built as one extension.
 
@@ -38,8 +39,8 @@ from ..runtime import PADDLE_OPENMP
 logger = logging.getLogger("paddle_edo")
 
 SOURCES = [Path(__file__).with_name(name)
-           for name in ("lookups.cc", "quantized.cc", "bags.cc", "fake_quant.cc", "unique_ids.cc", "row_norms.cc",
-                        "openmp.cc")]
+           for name in ("lookups.cc", "quantized.cc", "bags.cc", "collection.cc", "fake_quant.cc", "unique_ids.cc",
+                        "row_norms.cc", "openmp.cc")]
 HEADERS = [Path(__file__).with_name(name)  # included by the sources: part of a build's key
            for name in ("packed_rows.h", "half_rows.h", "huge_pages.h", "cpu_isa.h", "prefetch.h")]
 NAME = "paddle_edo_lookups"

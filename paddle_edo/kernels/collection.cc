@@ -1,0 +1,373 @@
+// Table-batched lookups: every fp32 table of an EmbeddingCollection in one forward op, and one backward op
+// that applies each table's optimizer to the rows its batch touched, in place (no gradient tensor).
+//
+// Table t's ids are flat, in bags of lengths[t] ids per example (0: ragged, bounds[t] gives each example's
+// start, as offsets do) and pooled by modes[t] (0: none, each id its own slot; 1: sum; 2: mean); an id equal
+// to paddings[t] (-1: none) reads a zero row and trains nothing. The output is one [batch, width] tensor,
+// table after table: D_t columns for a pooled table, L_t x D_t for an unpooled one.
+//
+// The backward sums each distinct row's gradients in the order its entries come (the order Paddle's
+// embedding gradient accumulates them), then updates the row with the table's rule, exactly as Paddle's
+// sparse optimizers update a row of merged gradient: SGD, Adagrad (per value), row-wise Adagrad (one
+// accumulator per row, FBGEMM's EXACT_ROWWISE_ADAGRAD) and lazy Adam. Two of Paddle's ways are kept so that a
+// fused table trains as a per-table one: its CPU SGD rounds p - lr * g once (a fused multiply-add) unless the
+// width is a multiple of 8 (then generated AVX code rounds the product, then the difference), and its
+// sparse Adam advances beta1^t and beta2^t before the step, so the first step's bias correction takes t = 2.
+// The padding row is never updated (Paddle's sparse gradients update it, though no lookup ever reads it).
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <omp.h>
+
+#include "huge_pages.h"
+#include "prefetch.h"
+#include "paddle/extension.h"
+
+namespace {
+
+enum Pooling { kNone = 0, kSum = 1, kMean = 2 };
+enum Rule { kSgd = 0, kAdagrad = 1, kRowwiseAdagrad = 2, kAdam = 3 };
+
+constexpr int64_t kPrefetchAhead = 4;      // examples ahead whose rows the forward asks for
+constexpr int64_t kParallelEntries = 4096;  // below this many entries in all, threads cost more than they save
+
+// What the forward and backward share: each table's rows, ids, bags and place in the output.
+struct Tables {
+  int64_t count = 0, batch = 0, width = 0, entries = 0;
+  std::vector<float*> weight;
+  std::vector<int64_t> rows, dim, length, padding, column;
+  std::vector<int> mode;
+  std::vector<const int64_t*> id, bound;
+
+  // Bag b of table t holds entries [Start(t, b), Start(t, b + 1)).
+  int64_t Start(int64_t t, int64_t b) const { return length[t] > 0 ? b * length[t] : bound[t][b]; }
+  // Where entry j (of bag b) of table t goes in an output row.
+  int64_t Column(int64_t t, int64_t b, int64_t j) const {
+    return mode[t] == kNone ? column[t] + (j - Start(t, b)) * dim[t] : column[t];
+  }
+};
+
+Tables Describe(const std::vector<paddle::Tensor>& weights, const std::vector<paddle::Tensor>& ids,
+                const std::vector<paddle::Tensor>& bounds, const std::vector<int64_t>& lengths,
+                const std::vector<int>& modes, const std::vector<int64_t>& paddings, int64_t batch) {
+  Tables tables;
+  const int64_t count = static_cast<int64_t>(weights.size());
+  PD_CHECK(count > 0, "a collection needs at least one table");
+  PD_CHECK(static_cast<int64_t>(ids.size()) == count && static_cast<int64_t>(bounds.size()) == count &&
+               static_cast<int64_t>(lengths.size()) == count && static_cast<int64_t>(modes.size()) == count &&
+               static_cast<int64_t>(paddings.size()) == count,
+           "one weight, ids, bounds, length, mode and padding per table");
+  tables.count = count;
+  tables.batch = batch;
+  for (int64_t t = 0; t < count; ++t) {
+    const paddle::Tensor& w = weights[t];
+    PD_CHECK(w.is_cpu() && w.dtype() == paddle::DataType::FLOAT32 && w.shape().size() == 2,
+             "table ", t, ": weights must be 2-D float32 on the CPU");
+    PD_CHECK(ids[t].is_cpu() && ids[t].dtype() == paddle::DataType::INT64, "table ", t, ": ids must be int64 on the CPU");
+    PD_CHECK(modes[t] >= kNone && modes[t] <= kMean, "table ", t, ": pooling mode ", modes[t], " is not 0, 1 or 2");
+    tables.weight.push_back(const_cast<float*>(w.data<float>()));
+    tables.rows.push_back(w.shape()[0]);
+    tables.dim.push_back(w.shape()[1]);
+    tables.length.push_back(lengths[t]);
+    tables.mode.push_back(modes[t]);
+    tables.padding.push_back(paddings[t]);
+    tables.id.push_back(ids[t].data<int64_t>());
+    const int64_t n = ids[t].numel();
+    if (lengths[t] > 0) {
+      PD_CHECK(n == batch * lengths[t], "table ", t, ": ", n, " ids are not ", batch, " bags of ", lengths[t]);
+      tables.bound.push_back(nullptr);
+    } else {
+      PD_CHECK(modes[t] != kNone, "table ", t, ": ragged bags must be pooled");
+      PD_CHECK(bounds[t].dtype() == paddle::DataType::INT64 && bounds[t].numel() == batch + 1,
+               "table ", t, ": bounds must be int64 [batch + 1]");
+      const int64_t* bound = bounds[t].data<int64_t>();
+      PD_CHECK(bound[0] == 0 && bound[batch] == n, "table ", t, ": bounds must start at 0 and end at ", n);
+      for (int64_t b = 0; b < batch; ++b) PD_CHECK(bound[b] <= bound[b + 1], "table ", t, ": bounds decrease at ", b);
+      tables.bound.push_back(bound);
+    }
+    tables.column.push_back(tables.width);
+    tables.width += modes[t] == kNone ? lengths[t] * tables.dim[t] : tables.dim[t];
+    tables.entries += n;
+  }
+  return tables;
+}
+
+// The first id outside its table, as "table t: id X is outside [0, R)", or "" when all are inside.
+std::string FirstBadId(const Tables& tables, const std::vector<paddle::Tensor>& ids) {
+  for (int64_t t = 0; t < tables.count; ++t) {
+    const int64_t n = ids[t].numel(), rows = tables.rows[t];
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t id = tables.id[t][i];
+      if ((id < 0 || id >= rows) && id != tables.padding[t]) {
+        return "table " + std::to_string(t) + ": id " + std::to_string(id) + " is outside [0, " +
+               std::to_string(rows) + ")";
+      }
+    }
+  }
+  return "";
+}
+
+inline void AddRow(float* out, const float* row, int64_t dim) {
+  for (int64_t d = 0; d < dim; ++d) out[d] += row[d];
+}
+
+// One example's output row: every table's rows, pooled.
+void LookUpExample(const Tables& tables, int64_t b, float* out) {
+  for (int64_t t = 0; t < tables.count; ++t) {
+    const int64_t dim = tables.dim[t], start = tables.Start(t, b), end = tables.Start(t, b + 1);
+    const float* weight = tables.weight[t];
+    float* slot = out + tables.column[t];
+    if (tables.mode[t] == kNone) {
+      for (int64_t j = start; j < end; ++j, slot += dim) {
+        const int64_t id = tables.id[t][j];
+        if (id == tables.padding[t]) {
+          std::memset(slot, 0, sizeof(float) * dim);
+        } else {
+          std::memcpy(slot, weight + id * dim, sizeof(float) * dim);
+        }
+      }
+      continue;
+    }
+    std::memset(slot, 0, sizeof(float) * dim);
+    int64_t count = 0;
+    for (int64_t j = start; j < end; ++j) {
+      const int64_t id = tables.id[t][j];
+      if (id == tables.padding[t]) continue;
+      AddRow(slot, weight + id * dim, dim);
+      ++count;
+    }
+    if (tables.mode[t] == kMean && count > 1) {
+      const float scale = 1.0f / static_cast<float>(count);
+      for (int64_t d = 0; d < dim; ++d) slot[d] *= scale;
+    }
+  }
+}
+
+void PrefetchExample(const Tables& tables, int64_t b) {
+  for (int64_t t = 0; t < tables.count; ++t) {
+    for (int64_t j = tables.Start(t, b); j < tables.Start(t, b + 1); ++j) {
+      const int64_t id = tables.id[t][j];
+      if (id >= 0 && id < tables.rows[t]) Prefetch(tables.weight[t] + id * tables.dim[t], sizeof(float) * tables.dim[t]);
+    }
+  }
+}
+
+// The gradient each entry of bag b sends its row: the bag's, divided by its count for a mean.
+float EntryFactor(const Tables& tables, int64_t t, int64_t b) {
+  if (tables.mode[t] != kMean) return 1.0f;
+  int64_t count = 0;
+  for (int64_t j = tables.Start(t, b); j < tables.Start(t, b + 1); ++j) count += tables.id[t][j] != tables.padding[t];
+  return count > 1 ? 1.0f / static_cast<float>(count) : 1.0f;
+}
+
+// The distinct rows of one table's batch with each one's summed gradient, in order of first use.
+struct RowGradients {
+  std::vector<int64_t> slots, distinct;
+  std::vector<float> sums;
+
+  void Gather(const Tables& tables, int64_t t, const float* grad) {
+    const int64_t n = tables.Start(t, tables.batch), dim = tables.dim[t];
+    int bits = 1;
+    while ((int64_t{1} << bits) < 2 * n) ++bits;
+    const uint64_t mask = (uint64_t{1} << bits) - 1;
+    const int shift = 64 - bits;
+    slots.assign(uint64_t{1} << bits, -1);
+    distinct.clear();
+    sums.clear();
+    for (int64_t b = 0; b < tables.batch; ++b) {
+      const float factor = EntryFactor(tables, t, b);
+      const float* bag_grad = grad + b * tables.width;
+      for (int64_t j = tables.Start(t, b); j < tables.Start(t, b + 1); ++j) {
+        const int64_t id = tables.id[t][j];
+        if (id == tables.padding[t]) continue;
+        uint64_t s = (static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ULL) >> shift;
+        while (slots[s] >= 0 && distinct[slots[s]] != id) s = (s + 1) & mask;
+        if (slots[s] < 0) {
+          slots[s] = static_cast<int64_t>(distinct.size());
+          distinct.push_back(id);
+          sums.resize(sums.size() + dim, 0.0f);
+        }
+        float* sum = sums.data() + slots[s] * dim;
+        const float* g = bag_grad + tables.Column(t, b, j);
+        if (factor == 1.0f) {
+          AddRow(sum, g, dim);
+        } else {
+          for (int64_t d = 0; d < dim; ++d) sum[d] += g[d] * factor;
+        }
+      }
+    }
+  }
+};
+
+// The optimizer of one table: its rule, hyper-parameters and state.
+struct TableRule {
+  int rule;
+  float learning_rate, epsilon, beta1, beta2;
+  float* state1;  // Adagrad: [rows, dim]; row-wise Adagrad: [rows]; Adam: first moments [rows, dim]
+  float* state2;  // Adam: second moments [rows, dim]
+  float* beta_pows;  // Adam: beta1^t, beta2^t, advanced after each step
+
+  void Update(float* p, const float* g, int64_t row, int64_t dim) const {
+    if (rule == kSgd) {
+      if (dim % 8 == 0) {  // Paddle's generated AVX code: a product, then a difference
+        for (int64_t d = 0; d < dim; ++d) p[d] = p[d] - learning_rate * g[d];
+      } else {  // its C++ reference, compiled with multiply-adds
+        for (int64_t d = 0; d < dim; ++d) p[d] = std::fma(-learning_rate, g[d], p[d]);
+      }
+    } else if (rule == kAdagrad) {
+      float* moment = state1 + row * dim;
+      for (int64_t d = 0; d < dim; ++d) {
+        moment[d] = moment[d] + g[d] * g[d];
+        p[d] = p[d] - learning_rate * g[d] / (std::sqrt(moment[d]) + epsilon);
+      }
+    } else if (rule == kRowwiseAdagrad) {
+      float squares = 0.0f;
+      for (int64_t d = 0; d < dim; ++d) squares += g[d] * g[d];
+      state1[row] = state1[row] + squares / static_cast<float>(dim);
+      const float denominator = std::sqrt(state1[row]) + epsilon;
+      for (int64_t d = 0; d < dim; ++d) p[d] = p[d] - learning_rate * g[d] / denominator;
+    } else {
+      float* m1 = state1 + row * dim;
+      float* m2 = state2 + row * dim;
+      const float beta1_pow = beta_pows[0], beta2_pow = beta_pows[1];
+      const float lr = learning_rate * (std::sqrt(1 - beta2_pow) / (1 - beta1_pow));
+      const float eps = epsilon * std::sqrt(1 - beta2_pow);
+      for (int64_t d = 0; d < dim; ++d) {
+        m1[d] = beta1 * m1[d] + (1 - beta1) * g[d];
+        m2[d] = beta2 * m2[d] + (1 - beta2) * g[d] * g[d];
+        p[d] = p[d] - lr * (m1[d] / (std::sqrt(m2[d]) + eps));
+      }
+    }
+  }
+};
+
+int RuleStates(int rule) { return rule == kAdam ? 2 : rule == kSgd ? 0 : 1; }
+
+}  // namespace
+
+std::vector<paddle::Tensor> CollectionLookup(const std::vector<paddle::Tensor>& weights,
+                                             const std::vector<paddle::Tensor>& ids,
+                                             const std::vector<paddle::Tensor>& bounds,
+                                             const std::vector<int64_t>& lengths, const std::vector<int>& modes,
+                                             const std::vector<int64_t>& paddings, int64_t batch) {
+  const Tables tables = Describe(weights, ids, bounds, lengths, modes, paddings, batch);
+  const std::string bad = FirstBadId(tables, ids);
+  PD_CHECK(bad.empty(), bad);
+  for (int64_t t = 0; t < tables.count; ++t) {
+    edo::PlaceTableOnHugePages(tables.weight[t], sizeof(float) * tables.rows[t] * tables.dim[t]);
+  }
+  paddle::Tensor out = paddle::empty({batch, tables.width}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  float* o = out.data<float>();
+#pragma omp parallel for schedule(static) if (tables.entries > kParallelEntries)
+  for (int64_t b = 0; b < batch; ++b) {
+    if (b + kPrefetchAhead < batch) PrefetchExample(tables, b + kPrefetchAhead);
+    LookUpExample(tables, b, o + b * tables.width);
+  }
+  return {out};
+}
+
+// Applies each table's optimizer to its batch's rows, given the output's gradient; returns the number of
+// distinct rows updated per table.
+std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& weights,
+                                             const std::vector<paddle::Tensor>& states1,
+                                             const std::vector<paddle::Tensor>& states2,
+                                             const std::vector<paddle::Tensor>& ids,
+                                             const std::vector<paddle::Tensor>& bounds, const paddle::Tensor& grad,
+                                             const paddle::Tensor& beta_pows, const std::vector<int64_t>& lengths,
+                                             const std::vector<int>& modes, const std::vector<int64_t>& paddings,
+                                             int64_t batch, const std::vector<int>& rules,
+                                             const std::vector<float>& learning_rates,
+                                             const std::vector<float>& epsilons, const std::vector<float>& beta1s,
+                                             const std::vector<float>& beta2s) {
+  const Tables tables = Describe(weights, ids, bounds, lengths, modes, paddings, batch);
+  const int64_t count = tables.count;
+  PD_CHECK(static_cast<int64_t>(rules.size()) == count && static_cast<int64_t>(learning_rates.size()) == count &&
+               static_cast<int64_t>(epsilons.size()) == count && static_cast<int64_t>(beta1s.size()) == count &&
+               static_cast<int64_t>(beta2s.size()) == count && static_cast<int64_t>(states1.size()) == count &&
+               static_cast<int64_t>(states2.size()) == count,
+           "one rule, learning rate, epsilon, beta1, beta2 and two states per table");
+  PD_CHECK(grad.is_cpu() && grad.dtype() == paddle::DataType::FLOAT32 && grad.numel() == batch * tables.width,
+           "the output gradient must be float32 [", batch, ", ", tables.width, "]");
+  PD_CHECK(beta_pows.dtype() == paddle::DataType::FLOAT32 && beta_pows.numel() == 2 * count,
+           "beta_pows must be float32 [tables, 2]");
+  float* pows = const_cast<float*>(beta_pows.data<float>());
+  std::vector<TableRule> table_rules(count);
+  for (int64_t t = 0; t < count; ++t) {
+    PD_CHECK(rules[t] >= kSgd && rules[t] <= kAdam, "table ", t, ": rule ", rules[t], " is unknown");
+    const int64_t rows = tables.rows[t], dim = tables.dim[t];
+    const int64_t want1 = rules[t] == kSgd ? 0 : rules[t] == kRowwiseAdagrad ? rows : rows * dim;
+    const int64_t want2 = rules[t] == kAdam ? rows * dim : 0;
+    PD_CHECK(states1[t].dtype() == paddle::DataType::FLOAT32 && states2[t].dtype() == paddle::DataType::FLOAT32,
+             "table ", t, ": optimizer states must be float32");
+    PD_CHECK(RuleStates(rules[t]) < 1 || states1[t].numel() == want1, "table ", t, ": state 1 holds ",
+             states1[t].numel(), " values, the rule needs ", want1);
+    PD_CHECK(RuleStates(rules[t]) < 2 || states2[t].numel() == want2, "table ", t, ": state 2 holds ",
+             states2[t].numel(), " values, the rule needs ", want2);
+    table_rules[t] = {rules[t], learning_rates[t], epsilons[t], beta1s[t], beta2s[t],
+                      const_cast<float*>(states1[t].data<float>()), const_cast<float*>(states2[t].data<float>()),
+                      pows + 2 * t};
+  }
+  const std::string bad = FirstBadId(tables, ids);
+  PD_CHECK(bad.empty(), bad);
+  paddle::Tensor touched = paddle::empty({count}, paddle::DataType::INT64, paddle::CPUPlace());
+  int64_t* distinct_rows = touched.data<int64_t>();
+  const float* g = grad.data<float>();
+#pragma omp parallel if (tables.entries > kParallelEntries)
+  {
+    RowGradients rows;  // each thread's scratch, reused from table to table
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < count; ++t) {
+      rows.Gather(tables, t, g);
+      const int64_t dim = tables.dim[t], n = static_cast<int64_t>(rows.distinct.size());
+      if (rules[t] == kAdam && tables.Start(t, batch) > 0) {  // Paddle's sparse Adam advances them first
+        pows[2 * t] *= beta1s[t];
+        pows[2 * t + 1] *= beta2s[t];
+      }
+      for (int64_t u = 0; u < n; ++u) {
+        const int64_t row = rows.distinct[u];
+        table_rules[t].Update(tables.weight[t] + row * dim, rows.sums.data() + u * dim, row, dim);
+      }
+      distinct_rows[t] = n;
+    }
+  }
+  return {touched};
+}
+
+std::vector<std::vector<int64_t>> CollectionLookupShape(const std::vector<std::vector<int64_t>>& weights,
+                                                        const std::vector<std::vector<int64_t>>& ids,
+                                                        const std::vector<std::vector<int64_t>>& bounds,
+                                                        const std::vector<int64_t>& lengths,
+                                                        const std::vector<int>& modes,
+                                                        const std::vector<int64_t>& paddings, int64_t batch) {
+  int64_t width = 0;
+  for (size_t t = 0; t < weights.size(); ++t) width += modes[t] == kNone ? lengths[t] * weights[t][1] : weights[t][1];
+  return {{batch, width}};
+}
+
+std::vector<paddle::DataType> CollectionLookupDtype(const std::vector<paddle::DataType>&,
+                                                    const std::vector<paddle::DataType>&,
+                                                    const std::vector<paddle::DataType>&) {
+  return {paddle::DataType::FLOAT32};
+}
+
+PD_BUILD_OP(edo_collection_lookup)
+    .Inputs({paddle::Vec("Weights"), paddle::Vec("Ids"), paddle::Vec("Bounds")})
+    .Outputs({"Out"})
+    .Attrs({"lengths: std::vector<int64_t>", "modes: std::vector<int>", "paddings: std::vector<int64_t>",
+            "batch: int64_t"})
+    .SetKernelFn(PD_KERNEL(CollectionLookup))
+    .SetInferShapeFn(PD_INFER_SHAPE(CollectionLookupShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(CollectionLookupDtype));
+
+PD_BUILD_OP(edo_collection_update)
+    .Inputs({paddle::Vec("Weights"), paddle::Vec("States1"), paddle::Vec("States2"), paddle::Vec("Ids"),
+             paddle::Vec("Bounds"), "Grad", "BetaPows"})
+    .Outputs({"Touched"})
+    .Attrs({"lengths: std::vector<int64_t>", "modes: std::vector<int>", "paddings: std::vector<int64_t>",
+            "batch: int64_t", "rules: std::vector<int>", "learning_rates: std::vector<float>",
+            "epsilons: std::vector<float>", "beta1s: std::vector<float>", "beta2s: std::vector<float>"})
+    .SetKernelFn(PD_KERNEL(CollectionUpdate));

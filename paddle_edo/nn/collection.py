@@ -1,0 +1,362 @@
+"""EmbeddingCollection: all of a model's tables looked up in one call, and trained in one backward op.
+
+Each table stays a layer of its own, under its own name (``embeddings.C1``: what the memory report,
+planner, monitor, export and serving walk), with its own parameters. What the collection adds is the
+batched path: its fp32 ``DenseEmbedding`` tables are read by one native forward kernel into one
+``[batch, width]`` output, and, once a ``TableOptimizer`` is bound (``bind_optimizer``), trained by one
+backward kernel that sums each distinct row's gradients and applies the optimizer to those rows in
+place, as FBGEMM's table-batched embeddings do: no gradient tensor, no per-table ops, no entry of these
+tables in Paddle's optimizer. The optimizer state lives in the collection (``optimizer_state``).
+
+The other tables (packed, hashed, QR, mixed-dim, cached, clustered, low-precision, on parameter servers)
+join through their own lookups and train as they do alone; so do all tables where the kernels do not run:
+on an accelerator, in a static program (``full_graph`` to_static, ``jit.save``: a composite program of
+the same results), without the extension.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import paddle
+
+from ..compat import dynamic_graph_under_sot
+from ..errors import EdoIndexError, EdoKeyError, EdoTypeError, EdoValueError
+from ..kernels import fused_ops
+from ..optim import TableOptimizer
+from .bag import pooled_lookup
+from .base import EmbeddingBase, int64_ids
+from .dense import DenseEmbedding
+
+POOLINGS = ("none", "sum", "mean")
+
+
+class EmbeddingCollection(paddle.nn.Layer):
+    """Tables by name, looked up together: ``forward(ids)`` takes one id tensor per table, in the order of
+    ``tables`` (or a dict by name), and gives one tensor ``[batch, width]`` (``concat=True``: the tables'
+    vectors side by side in that order) or a list of each table's vectors.
+
+    A table's ids are ``[batch]`` (one vector each), ``[batch, L]`` (with pooling ``"none"``: L vectors,
+    ``[batch, L, D]``; ``"sum"`` / ``"mean"``: one bag per example, ids equal to the table's padding_idx
+    skipped) or flat ``[N]`` with ``offsets`` ``[batch]`` (bag starts, pooled). Every table is a paddle_edo
+    table; ``pooling`` is one mode for all or one per table name.
+
+    Errors: EdoKeyError for a dict of ids that misses a table, EdoValueError for a wrong count of id tensors
+    or batch sizes that differ, EdoTypeError for float ids, EdoIndexError naming the table and the id for
+    ids out of range.
+    """
+
+    def __init__(self, tables: Mapping[str, EmbeddingBase], pooling: str | Mapping[str, str] = "none", *,
+                 name: str | None = None) -> None:
+        super().__init__(name_scope=name)
+        label = type(self).__name__
+        if not tables:
+            raise EdoValueError(f"{label}: tables is empty; give at least one table by name")
+        for key, table in tables.items():
+            if not isinstance(table, EmbeddingBase):
+                raise EdoTypeError(f"{label}: table {key!r} is a {type(table).__name__}; tables must be paddle_edo "
+                                   f"tables (paddle_edo.nn)")
+            self.add_sublayer(key, table)
+        self.names = list(tables)
+        modes = {key: pooling for key in self.names} if isinstance(pooling, str) else dict(pooling)
+        unknown = sorted(set(modes) - set(self.names))
+        if unknown:
+            raise EdoKeyError(f"{label}: pooling names table {unknown[0]!r}, which is not among its tables")
+        for key in self.names:
+            modes.setdefault(key, "none")
+            if modes[key] not in POOLINGS:
+                raise EdoValueError(f"{label}: pooling of table {key!r} = {modes[key]!r}; expected one of "
+                                    f"{', '.join(map(repr, POOLINGS))}")
+        self.pooling = modes
+        self.optimizer: TableOptimizer | None = None
+        self._states: dict[str, tuple[paddle.Tensor, paddle.Tensor]] = {}
+        self._beta_pows: paddle.Tensor | None = None
+
+    # ------------------------------------------------------------- tables
+    def __getitem__(self, key: str) -> EmbeddingBase:
+        return self._sub_layers[key]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def tables(self) -> dict[str, EmbeddingBase]:
+        """The tables by name, in order."""
+        return {key: self._sub_layers[key] for key in self.names}
+
+    def fused_tables(self) -> list[str]:
+        """Names of the tables the batched kernels serve: fp32 DenseEmbedding tables."""
+        return [key for key, table in self.tables().items() if type(table) is DenseEmbedding]
+
+    # ---------------------------------------------------------- optimizer
+    def bind_optimizer(self, optimizer: TableOptimizer) -> list[str]:
+        """Train the fused tables with ``optimizer`` in the backward pass (its state starts at zero; Adam's
+        step counts at one); returns their names. Their weights must then stay out of Paddle's optimizer
+        (``fused_parameters``)."""
+        if not isinstance(optimizer, TableOptimizer):
+            raise EdoTypeError(f"{type(self).__name__}.bind_optimizer takes a TableOptimizer, got "
+                               f"{type(optimizer).__name__}")
+        self.optimizer = optimizer
+        self._states = {}
+        for key in self.fused_tables():
+            weight = self[key].weight
+            first, second = optimizer.state_shapes(*weight.shape)
+            self._states[key] = (paddle.zeros(first, dtype="float32"), paddle.zeros(second, dtype="float32"))
+        pows = [[optimizer.beta1, optimizer.beta2]] * len(self._states)
+        self._beta_pows = paddle.to_tensor(np.array(pows, dtype=np.float32).reshape([-1, 2]))
+        return list(self._states)
+
+    def fused_parameters(self) -> list[paddle.Tensor]:
+        """The parameters the bound optimizer trains (none before ``bind_optimizer``)."""
+        return [self[key].weight for key in self._states]
+
+    def optimizer_state(self) -> dict[str, np.ndarray]:
+        """The bound optimizer's state by ``<table>.<state>`` (``moment``, ``moment2``, ``beta_pows``), for a
+        checkpoint; empty when none is bound."""
+        state = {}
+        for index, (key, (first, second)) in enumerate(self._states.items()):
+            for label, tensor in (("state1", first), ("state2", second)):
+                if tensor.size:
+                    state[f"{key}.{label}"] = tensor.numpy().copy()
+            if self.optimizer.name == "adam":
+                state[f"{key}.beta_pows"] = self._beta_pows[index].numpy().copy()
+        return state
+
+    def set_optimizer_state(self, state: Mapping[str, np.ndarray], owner: str = "checkpoint") -> None:
+        """Restore ``optimizer_state()``'s values exactly; a missing or misshapen entry is refused by name."""
+        expected = self.optimizer_state()
+        if set(state) != set(expected):
+            missing = sorted(set(expected) ^ set(state))
+            raise EdoValueError(f"{owner}: the table optimizer state does not match this collection's "
+                                f"({self.optimizer.name if self.optimizer else 'none bound'}): {missing[0]!r} differs")
+        pows = self._beta_pows.numpy() if self._beta_pows is not None else None
+        for index, (key, (first, second)) in enumerate(self._states.items()):
+            for label, tensor in (("state1", first), ("state2", second)):
+                name = f"{key}.{label}"
+                if name in state:
+                    value = np.asarray(state[name], dtype=np.float32)
+                    if list(value.shape) != list(tensor.shape):
+                        raise EdoValueError(f"{owner}: table optimizer state {name} has shape {list(value.shape)}, "
+                                            f"expected {list(tensor.shape)}")
+                    paddle.assign(paddle.to_tensor(value), tensor)
+            if f"{key}.beta_pows" in state:
+                pows[index] = np.asarray(state[f"{key}.beta_pows"], dtype=np.float32)
+        if pows is not None:
+            paddle.assign(paddle.to_tensor(pows), self._beta_pows)
+
+    # ------------------------------------------------------------ lookups
+    @dynamic_graph_under_sot
+    def forward(self, ids: Sequence[paddle.Tensor] | Mapping[str, paddle.Tensor],
+                offsets: Sequence[paddle.Tensor | None] | Mapping[str, paddle.Tensor] | None = None,
+                concat: bool = True) -> paddle.Tensor | list[paddle.Tensor]:
+        """Vectors of every table's ids: ``[batch, width]`` with ``concat``, else one tensor per table."""
+        ids = self._by_table(ids, "ids")
+        offsets = self._by_table(offsets, "offsets") if offsets is not None else [None] * len(self.names)
+        batch = self._batch_size(ids, offsets)
+        outputs: list[paddle.Tensor | None] = [None] * len(self.names)
+        fused = [i for i, key in enumerate(self.names) if key in self.fused_tables()] if self._kernels_serve(ids) else []
+        if fused and batch != 0:
+            flat = self._fused_lookup([self.names[i] for i in fused], [ids[i] for i in fused],
+                                      [offsets[i] for i in fused], batch)
+            widths = [self._width(i, ids[i], offsets[i]) for i in fused]
+            parts = paddle.split(flat, widths, axis=1) if len(fused) > 1 else [flat]
+            for i, part in zip(fused, parts):
+                outputs[i] = part
+        for i, key in enumerate(self.names):
+            if outputs[i] is None:
+                outputs[i] = self._table_lookup(key, ids[i], offsets[i]).reshape([batch, -1])
+        if concat:
+            return outputs[0] if len(outputs) == 1 else paddle.concat(outputs, axis=1)
+        return [out.reshape(self._shape(i, ids[i], offsets[i], batch)) for i, out in enumerate(outputs)]
+
+    def _by_table(self, values: Any, what: str) -> list[Any]:
+        label = type(self).__name__
+        if isinstance(values, Mapping):
+            missing = [key for key in self.names if key not in values and what == "ids"]
+            if missing:
+                raise EdoKeyError(f"{label}: {what} for table {missing[0]!r} missing; tables: {', '.join(self.names)}")
+            unknown = sorted(set(values) - set(self.names))
+            if unknown:
+                raise EdoKeyError(f"{label}: {what} for {unknown[0]!r}, which is not among its tables")
+            return [values.get(key) for key in self.names]
+        values = list(values)
+        if len(values) != len(self.names):
+            raise EdoValueError(f"{label}: {len(values)} {what} tensors for {len(self.names)} tables "
+                                f"({', '.join(self.names)})")
+        return values
+
+    def _batch_size(self, ids: list[paddle.Tensor], offsets: list[paddle.Tensor | None]) -> int:
+        """The examples in the batch, the same for every table (refused otherwise, naming the table)."""
+        sizes = []
+        for key, table_ids, table_offsets in zip(self.names, ids, offsets):
+            self[key].check_id_dtype(table_ids)
+            if table_offsets is not None and self.pooling[key] == "none":
+                raise EdoValueError(f"{type(self).__name__}: table {key!r} has offsets but pooling 'none'; bags "
+                                    f"given by offsets are pooled ('sum' or 'mean')")
+            if table_offsets is None and self.pooling[key] != "none" and len(table_ids.shape) != 2:
+                raise EdoValueError(f"{type(self).__name__}: table {key!r} pools; its ids must be [batch, L], or flat "
+                                    f"with offsets, got shape {list(table_ids.shape)}")
+            sizes.append(table_offsets.shape[0] if table_offsets is not None else table_ids.shape[0])
+        first = sizes[0]
+        for key, size in zip(self.names, sizes):
+            if size != first and size >= 0 and first >= 0:
+                raise EdoValueError(f"{type(self).__name__}: table {key!r} has a batch of {size}, table "
+                                    f"{self.names[0]!r} one of {first}; every table takes the same examples")
+        return first
+
+    def _width(self, index: int, ids: paddle.Tensor, offsets: paddle.Tensor | None) -> int:
+        dim = self[self.names[index]].embedding_dim
+        if self.pooling[self.names[index]] != "none":
+            return dim
+        return dim * int(np.prod(ids.shape[1:])) if len(ids.shape) > 1 else dim
+
+    def _shape(self, index: int, ids: paddle.Tensor, offsets: paddle.Tensor | None, batch: int) -> list[int]:
+        dim = self[self.names[index]].embedding_dim
+        if self.pooling[self.names[index]] != "none":
+            return [batch, dim]
+        return [batch, *ids.shape[1:], dim]
+
+    def _table_lookup(self, key: str, ids: paddle.Tensor, offsets: paddle.Tensor | None) -> paddle.Tensor:
+        """One table through its own layer: a lookup, or its rows pooled by bag."""
+        table = self[key]
+        if self.pooling[key] == "none":
+            return table(ids)
+        return pooled_lookup(table, ids, offsets, mode=self.pooling[key], padding_idx=table.padding_idx,
+                             owner=f"{self.full_name()} table '{key}'")
+
+    @paddle.jit.not_to_static
+    def _kernels_serve(self, ids: list[paddle.Tensor]) -> bool:
+        """Whether the batched kernels may serve: dynamic graph on the CPU with the extension at hand; in
+        training only with a bound optimizer (else the tables' own lookups give Paddle its gradients)."""
+        if not paddle.in_dynamic_mode() or fused_ops() is None:
+            return False
+        if not all(t.place.is_cpu_place() for t in ids):
+            return False
+        fused = self.fused_tables()
+        if not fused or not all(self[key].weight.place.is_cpu_place() for key in fused):
+            return False
+        training = paddle.is_grad_enabled() and not all(self[key].weight.stop_gradient for key in fused)
+        return not training or (self.optimizer is not None and set(fused) == set(self._states))
+
+    def _fused_lookup(self, keys: list[str], ids: list[paddle.Tensor], offsets: list[paddle.Tensor | None],
+                      batch: int) -> paddle.Tensor:
+        plan = _Plan(self, keys, ids, offsets, batch)
+        trains = paddle.is_grad_enabled() and not all(self[key].weight.stop_gradient for key in keys)
+        with _ids_named(self, keys):
+            if not trains:
+                return plan.lookup()
+            anchor = paddle.zeros([1], dtype="float32")
+            anchor.stop_gradient = False
+            return _FusedTraining.apply(anchor, plan)
+
+
+class _Plan:
+    """One batched call's arguments: the fused tables' weights, flat ids, bag bounds and modes."""
+
+    def __init__(self, collection: EmbeddingCollection, keys: list[str], ids: list[paddle.Tensor],
+                 offsets: list[paddle.Tensor | None], batch: int) -> None:
+        self.collection = collection
+        self.keys = keys
+        self.batch = int(batch)
+        self.weights = [collection[key].weight for key in keys]
+        self.ids, self.bounds, self.lengths, self.modes, self.paddings = [], [], [], [], []
+        for key, table_ids, table_offsets in zip(keys, ids, offsets):
+            flat = int64_ids(table_ids).reshape([-1])
+            self.ids.append(flat)
+            if table_offsets is None:
+                self.lengths.append(int(np.prod(table_ids.shape[1:])) if len(table_ids.shape) > 1 else 1)
+                self.bounds.append(flat)  # unread
+            else:
+                self.lengths.append(0)
+                self.bounds.append(paddle.concat([int64_ids(table_offsets), paddle.to_tensor([flat.shape[0]],
+                                                                                              dtype="int64")]))
+            self.modes.append(POOLINGS.index(collection.pooling[key]))
+            padding = collection[key].padding_idx
+            self.paddings.append(-1 if padding is None else int(padding))
+
+    def lookup(self) -> paddle.Tensor:
+        with paddle.no_grad():
+            return fused_ops().edo_collection_lookup(self.weights, self.ids, self.bounds, self.lengths, self.modes,
+                                                     self.paddings, self.batch)
+
+    def update(self, grad: paddle.Tensor) -> paddle.Tensor:
+        collection = self.collection
+        optimizer = collection.optimizer
+        count = len(self.keys)
+        states = [collection._states[key] for key in self.keys]  # every fused table, in order (_kernels_serve)
+        return fused_ops().edo_collection_update(
+            self.weights, [s[0] for s in states], [s[1] for s in states], self.ids, self.bounds,
+            grad.astype("float32"), collection._beta_pows, self.lengths, self.modes, self.paddings, self.batch,
+            [optimizer.rule] * count, [float(optimizer.learning_rate)] * count, [float(optimizer.epsilon)] * count,
+            [float(optimizer.beta1)] * count, [float(optimizer.beta2)] * count)
+
+
+class _FusedTraining(paddle.autograd.PyLayer):
+    """The batched lookup whose backward applies the bound optimizer to the touched rows. The tables'
+    weights are not inputs of the graph (Paddle would want a gradient for each): a leaf ``anchor`` that
+    wants a gradient makes Paddle call this backward."""
+
+    @staticmethod
+    def forward(ctx, anchor: paddle.Tensor, plan: _Plan) -> paddle.Tensor:
+        ctx.plan = plan
+        return plan.lookup()
+
+    @staticmethod
+    def backward(ctx, grad: paddle.Tensor) -> paddle.Tensor:
+        with paddle.no_grad():
+            ctx.plan.update(grad)
+        return paddle.zeros([1], dtype="float32")
+
+
+class _ids_named:
+    """The kernels' refusal of an id ("table t: id X is outside [0, R)") as an EdoIndexError naming the
+    collection's table."""
+
+    def __init__(self, collection: EmbeddingCollection, keys: list[str]) -> None:
+        self.collection, self.keys = collection, keys
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        if error is None:
+            return False
+        found = re.search(r"table (\d+): id (-?\d+) is outside \[0, (\d+)\)", str(error))
+        if found is None:
+            return False
+        key = self.keys[int(found.group(1))]
+        raise EdoIndexError(f"{self.collection.full_name()} table '{key}': id {found.group(2)} is out of range "
+                            f"[0, {found.group(3)})") from None
+
+
+def collections_of(model: paddle.nn.Layer) -> dict[str, EmbeddingCollection]:
+    """The model's collections by sublayer name."""
+    return {name: layer for name, layer in model.named_sublayers(include_self=True)
+            if isinstance(layer, EmbeddingCollection)}
+
+
+def bind_table_optimizer(model: paddle.nn.Layer, optimizer: TableOptimizer) -> list[paddle.Tensor]:
+    """Bind ``optimizer`` to every collection of ``model``; returns the parameters it now trains (to leave
+    out of Paddle's optimizer)."""
+    trained = []
+    for collection in collections_of(model).values():
+        collection.bind_optimizer(optimizer)
+        trained.extend(collection.fused_parameters())
+    return trained
+
+
+def table_optimizer_state(model: paddle.nn.Layer) -> dict[str, np.ndarray]:
+    """Every collection's optimizer state, keyed ``<collection>.<table>.<state>``."""
+    return {f"{name}.{key}": value for name, collection in collections_of(model).items()
+            for key, value in collection.optimizer_state().items()}
+
+
+def load_table_optimizer_state(model: paddle.nn.Layer, state: Mapping[str, np.ndarray], owner: str) -> None:
+    """Restore ``table_optimizer_state``'s values into the model's collections."""
+    found = collections_of(model)
+    for name, collection in found.items():
+        prefix = f"{name}."
+        collection.set_optimizer_state({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}, owner)
+    stray = [k for k in state if not any(k.startswith(f"{name}.") for name in found)]
+    if stray:
+        raise EdoValueError(f"{owner}: table optimizer state {stray[0]!r} belongs to no collection of this model")

@@ -1,0 +1,61 @@
+"""The rules a table-batched collection applies in its backward pass, row by row, as Paddle's sparse
+optimizers update a row of merged gradient (so a fused table trains as a per-table layer with Paddle's
+optimizer does), plus row-wise Adagrad, FBGEMM's default for embeddings (one accumulator per row)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import EdoValueError
+
+# name -> the kernel's rule number (collection.cc)
+FUSED_RULES = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 2, "adam": 3}
+# Paddle's defaults for its optimizers of the same name; row-wise Adagrad takes FBGEMM's
+DEFAULT_EPSILON = {"sgd": 0.0, "adagrad": 1e-6, "rowwise_adagrad": 1e-8, "adam": 1e-8}
+
+
+@dataclass(frozen=True)
+class TableOptimizer:
+    """One table's rule and hyper-parameters. Adam is lazy (only the batch's rows move, with one step
+    count per table); Adagrad's accumulators start at 0."""
+
+    name: str
+    learning_rate: float
+    epsilon: float | None = None
+    beta1: float = 0.9
+    beta2: float = 0.999
+
+    def __post_init__(self) -> None:
+        if self.name not in FUSED_RULES:
+            raise EdoValueError(f"table optimizer {self.name!r} is not fused; fused: {', '.join(FUSED_RULES)}")
+        if not self.learning_rate >= 0:
+            raise EdoValueError(f"table optimizer {self.name}: learning_rate = {self.learning_rate} must be >= 0")
+        if self.epsilon is None:
+            object.__setattr__(self, "epsilon", DEFAULT_EPSILON[self.name])
+
+    @property
+    def rule(self) -> int:
+        return FUSED_RULES[self.name]
+
+    def state_shapes(self, rows: int, dim: int) -> tuple[list[int], list[int]]:
+        """Shapes of the rule's two state tensors for a [rows, dim] table ([0]: none)."""
+        per_value = [rows, dim]
+        return {"sgd": ([0], [0]), "adagrad": (per_value, [0]), "rowwise_adagrad": ([rows], [0]),
+                "adam": (per_value, per_value)}[self.name]
+
+    def state_bytes(self, rows: int, dim: int) -> int:
+        """Bytes of the table's optimizer state (fp32), Adam's two step counters included."""
+        first, second = self.state_shapes(rows, dim)
+        values = _count(first) + _count(second) + (2 if self.name == "adam" else 0)
+        return 4 * values
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "learning_rate": self.learning_rate, "epsilon": self.epsilon,
+                "beta1": self.beta1, "beta2": self.beta2}
+
+
+def _count(shape: list[int]) -> int:
+    total = 1
+    for size in shape:
+        total *= size
+    return total
