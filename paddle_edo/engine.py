@@ -22,11 +22,12 @@ from .config import dump_config
 from .data import CTRBatches, CTRTable, Splits, count_frequencies, load_dataset
 from .memory import memory_report
 from .models import build_model
-from .models.optimizers import create_optimizer
+from .models.optimizers import create_optimizer, fused_table_optimizer
 from .monitor import monitors_from_config
 from .nn.registry import table_classes
 from .nn.base import pack_trained, unpacked_tables
 from .nn.cached import bind_optimizer, cached_layers, uncache
+from .nn.collection import bind_table_optimizer, load_table_optimizer_state, table_optimizer_state
 from .nn.convert import row_updated_tables
 from .progress import ProgressBar
 from .schema import ConfigError
@@ -66,7 +67,10 @@ class Engine:
             frequencies = count_frequencies(self.splits.train)  # embedding.frequencies: train
         with unique_name.guard(self._names):
             self.model = build_model(self.fields, config, frequencies, self.splits.dense_features)
-            self.optimizer = create_optimizer(train, self.model)
+            # the collections' fp32 tables train in their backward pass, outside Paddle's optimizer
+            self.table_optimizer = fused_table_optimizer(config, self.world_size, self.device)
+            fused = bind_table_optimizer(self.model, self.table_optimizer) if self.table_optimizer else []
+            self.optimizer = create_optimizer(train, self.model, fused)
             bind_optimizer(self.model, self.optimizer)  # cached tables carry the optimizer's row state
         self.table_fields = self.model.table_fields()  # table name -> field it looks up
         self.prefetching = [(layer, self.table_fields[name]) for name, layer in cached_layers(self.model).items()
@@ -133,7 +137,7 @@ class Engine:
     # ----------------------------------------------------------------- state
     def state(self) -> dict[str, Any]:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "epoch": self.epoch, "step_in_epoch": self.step_in_epoch, "global_step": self.global_step,
+                "table_optimizer": table_optimizer_state(self.model), "epoch": self.epoch, "step_in_epoch": self.step_in_epoch, "global_step": self.global_step,
                 "history": self.history,
                 "config": checkpoint_sections(self.config)}
 
@@ -153,6 +157,7 @@ class Engine:
                                   f"resume it with the config it was trained with")
         load_model_state(self.model, state["model"], str(path))
         self.optimizer.set_state_dict(state["optimizer"])
+        load_table_optimizer_state(self.model, state.get("table_optimizer", {}), f"checkpoint {path}")
         self.epoch, self.step_in_epoch = state["epoch"], state["step_in_epoch"]
         self.global_step, self.history = state["global_step"], list(state["history"])
 

@@ -4,6 +4,7 @@
 // the gradient then reaches the table as one sparse row per distinct id, see nn/bag.py); packed tables
 // are decoded row by row as they are pooled (no gradient: they serve).
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -530,6 +531,9 @@ std::vector<paddle::Tensor> BagPoolGrad(const paddle::Tensor& rows, const paddle
   std::vector<int64_t> filed;     // [thread][block]: the thread's entries in the block, then where they go
   std::vector<int64_t> block_start(num_blocks + 1, 0);
   std::unique_ptr<BlockEntry[]> entries;
+  // Blocks handed out one at a time from a shared counter: `omp for schedule(dynamic)` calls GNU's loop entry
+  // points, which Paddle's OpenMP runtime does not serve (GNU's then gives every block to every thread).
+  std::atomic<int64_t> next_block{0};
 #pragma omp parallel if (bags.num_entries * dim > (1 << 16))
   {
     const int threads = omp_get_num_threads(), t = omp_get_thread_num();
@@ -568,8 +572,7 @@ std::vector<paddle::Tensor> BagPoolGrad(const paddle::Tensor& rows, const paddle
       }
     }
 #pragma omp barrier
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t block = 0; block < num_blocks; ++block) {
+    for (int64_t block = next_block++; block < num_blocks; block = next_block++) {
       float* block_rows = g + (block << shift) * dim;
       std::fill(block_rows, g + std::min(num_rows, (block + 1) << shift) * dim, 0.0f);
       const int64_t end = block_start[block + 1];

@@ -316,11 +316,13 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
   paddle::Tensor touched = paddle::empty({count}, paddle::DataType::INT64, paddle::CPUPlace());
   int64_t* distinct_rows = touched.data<int64_t>();
   const float* g = grad.data<float>();
+  // Tables handed out one at a time from a shared counter: `omp for schedule(dynamic)` calls GNU's loop
+  // entry points, which Paddle's OpenMP runtime does not serve (GNU's then runs every table in every thread).
+  std::atomic<int64_t> next_table{0};
 #pragma omp parallel if (tables.entries > kParallelEntries)
   {
     RowGradients rows;  // each thread's scratch, reused from table to table
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < count; ++t) {
+    for (int64_t t = next_table++; t < count; t = next_table++) {
       rows.Gather(tables, t, g);
       const int64_t dim = tables.dim[t], n = static_cast<int64_t>(rows.distinct.size());
       if (rules[t] == kAdam && tables.Start(t, batch) > 0) {  // Paddle's sparse Adam advances them first

@@ -8,7 +8,7 @@ import paddle.nn as nn
 
 from ..data.ctr import FieldSpec
 from ..errors import EdoValueError
-from ..nn import EmbeddingBase, TableSpec, pooled_lookup
+from ..nn import EmbeddingBase, EmbeddingCollection, TableSpec, pooled_lookup
 from ..schema import Option
 from .base import RecModel
 from .mlp import mlp
@@ -25,7 +25,9 @@ class DeepFM(RecModel):
     ``forward`` takes a list with one id tensor per field, in field order ([batch] or
     [batch, max_len]), then the dense features [batch, K] if any; it exports with that list of InputSpecs.
     Each table (``embeddings.<field>``, ``first_order.<field>``) takes its own section from
-    ``embedding.tables`` when it has one (a plan of tools/plan.py), else the embedding section.
+    ``embedding.tables`` when it has one (a plan of tools/plan.py), else the embedding section. With
+    ``embedding.collection`` (the default) each group of tables is an ``EmbeddingCollection``: one lookup
+    (and, with a bound table optimizer, one training backward) for all fields.
     """
 
     table_sections = True
@@ -46,14 +48,10 @@ class DeepFM(RecModel):
         spec = TableSpec.from_section(embedding)
         self.pooling = pooling
         self.use_fm = fm
+        self.embedding_dim = spec.dim
         frequencies = frequencies or {}
-        self.embeddings = nn.LayerDict({f.name: spec.for_table(f"embeddings.{f.name}").build(
-            f.vocab_size, 0, frequencies.get(f.name)) for f in self.fields})
-        self.first_order = None
-        if first_order:
-            narrow = spec.with_dim(1)
-            self.first_order = nn.LayerDict({f.name: narrow.for_table(f"first_order.{f.name}").build(
-                f.vocab_size, 0, frequencies.get(f.name)) for f in self.fields})
+        self.embeddings = self._tables(spec, "embeddings", frequencies)
+        self.first_order = self._tables(spec.with_dim(1), "first_order", frequencies) if first_order else None
         spec.check_table_names(list(self.table_fields()), "DeepFM")
         num_dense = len(self.dense_features)
         self.mlp = mlp(spec.dim * len(self.fields) + num_dense, hidden_units, dropout)
@@ -65,6 +63,16 @@ class DeepFM(RecModel):
         model = config["model"]
         return cls(fields, config["embedding"], model["hidden_units"], model["dropout"], model["first_order"],
                    model["fm"], model["pooling"], frequencies, dense_features)
+
+    def _tables(self, spec: TableSpec, group: str, frequencies: dict[str, Any]) -> nn.Layer:
+        """One table per field, named ``<group>.<field>``: a collection (multi-valued fields pooled by it),
+        or a LayerDict with ``embedding.collection: false``."""
+        tables = {f.name: spec.for_table(f"{group}.{f.name}").build(f.vocab_size, 0, frequencies.get(f.name))
+                  for f in self.fields}
+        if not spec.collection:
+            return nn.LayerDict(tables)
+        return EmbeddingCollection(tables, {f.name: self.pooling if f.name in self.bag_fields else "none"
+                                            for f in self.fields})
 
     def table_fields(self) -> dict[str, str]:
         """Sublayer name of each table -> the field whose ids it looks up (for monitors)."""
@@ -79,11 +87,16 @@ class DeepFM(RecModel):
             return table(ids)
         return pooled_lookup(table, ids, mode=self.pooling, padding_idx=0, owner=f"DeepFM field '{field.name}'")
 
+    def _field_vectors(self, tables: nn.Layer, ids: list[paddle.Tensor]) -> paddle.Tensor:
+        """Every field's vector side by side, [B, F x D]."""
+        if isinstance(tables, EmbeddingCollection):
+            return tables(ids)
+        return paddle.concat([self._lookup(f, tables[f.name], x) for f, x in zip(self.fields, ids)], axis=-1)
+
     def forward(self, inputs: list[paddle.Tensor]) -> paddle.Tensor:
         ids = inputs[:len(self.fields)]
-        vectors = [self._lookup(f, self.embeddings[f.name], x) for f, x in zip(self.fields, ids)]
-        stacked = paddle.stack(vectors, axis=1)                        # [B, F, D]
-        deep = stacked.flatten(start_axis=1)
+        deep = self._field_vectors(self.embeddings, ids)               # [B, F x D]
+        stacked = deep.reshape([-1, len(self.fields), self.embedding_dim])  # [B, F, D]
         if self.dense_weights is not None:
             dense = inputs[len(self.fields)].astype(deep.dtype)        # [B, K]
             deep = paddle.concat([deep, dense], axis=-1)
@@ -95,6 +108,5 @@ class DeepFM(RecModel):
             sum_of_square = stacked.square().sum(axis=1)
             logit = logit + 0.5 * (square_of_sum - sum_of_square).sum(axis=-1)
         if self.first_order is not None:
-            weights = [self._lookup(f, self.first_order[f.name], x) for f, x in zip(self.fields, ids)]
-            logit = logit + paddle.concat(weights, axis=-1).sum(axis=-1)
+            logit = logit + self._field_vectors(self.first_order, ids).sum(axis=-1)
         return logit

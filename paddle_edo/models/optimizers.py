@@ -1,28 +1,49 @@
-"""The optimizer ``train.optimizer`` names, built the same way for every trainer."""
+"""The optimizer ``train.optimizer`` names, built the same way for every trainer; and, where a model's
+collections can take it, the same rule fused into their backward pass for their tables."""
 from __future__ import annotations
 
 from typing import Any
 
 import paddle
 
+from ..kernels import fused_ops
 from ..nn.base import embedding_layers
+from ..optim import FUSED_RULES, TableOptimizer
 
 OPTIMIZERS = ("adam", "adagrad", "sgd", "momentum", "rmsprop")
 _CLASSES = {"adam": paddle.optimizer.Adam, "adagrad": paddle.optimizer.Adagrad, "sgd": paddle.optimizer.SGD,
             "momentum": paddle.optimizer.Momentum, "rmsprop": paddle.optimizer.RMSProp}
 
 
-def create_optimizer(train: dict[str, Any], model: paddle.nn.Layer | None = None) -> paddle.optimizer.Optimizer:
+def fused_table_optimizer(config: dict[str, Any], world_size: int = 1, device: str = "cpu") -> TableOptimizer | None:
+    """The rule a model's collections apply to their fp32 tables in their backward pass: ``train.optimizer``
+    at the tables' learning rate, where it is fused (sgd, adagrad, adam) and the run lets tables train
+    apart from Paddle's optimizer. None (tables train through Paddle's optimizer, as per-table layers do)
+    under AMP (the loss scale is Paddle's optimizer's), with several ranks (collective mode all-reduces table
+    gradients), with monitoring (the monitors read tables' gradients), off the CPU or without the native
+    kernels, or with ``embedding.collection: false``."""
+    train = config["train"]
+    if (train["optimizer"] not in FUSED_RULES or train["amp"]["enable"] or world_size > 1
+            or config["monitor"]["enable"] or not config["embedding"].get("collection", True)
+            or device != "cpu" or fused_ops() is None):
+        return None
+    return TableOptimizer(train["optimizer"], train["embedding_learning_rate"] or train["learning_rate"])
+
+
+def create_optimizer(train: dict[str, Any], model: paddle.nn.Layer | None = None,
+                     trained_apart: list[paddle.Tensor] = ()) -> paddle.optimizer.Optimizer:
     """The optimizer of a validated ``train`` section. Given the model (dynamic graph), the embedding
     tables form a parameter group with ``embedding_learning_rate``, and Adam is lazy: rows outside the
     batch keep their values, as sparse gradients intend. Without it (the parameter-server trainer's static
     program) the optimizer takes the program's parameters: the servers apply their own rule to the tables,
-    and a geo trainer's local copies train with Paddle's default (non-lazy) Adam, as they always have."""
+    and a geo trainer's local copies train with Paddle's default (non-lazy) Adam, as they always have.
+    ``trained_apart``: parameters a collection's fused backward trains, left out."""
     lr = train["learning_rate"]
     parameters = None
     if model is not None:
-        table_params = [p for _, layer in embedding_layers(model) for p in layer.parameters()]
-        table_ids = {id(p) for p in table_params}
+        apart = {id(p) for p in trained_apart}
+        table_params = [p for _, layer in embedding_layers(model) for p in layer.parameters() if id(p) not in apart]
+        table_ids = {id(p) for p in table_params} | apart
         other_params = [p for p in model.parameters() if id(p) not in table_ids]
         table_lr = train["embedding_learning_rate"]
         ratio = 1.0 if table_lr is None or lr == 0 else table_lr / lr

@@ -20,6 +20,9 @@ COMMON_OPTIONS: dict[str, Option] = {
     "dim": Option(16, int, low=1, doc="embedding dimension"),
     "sparse": Option(True, bool, doc="sparse row gradients"),
     "min_rows": Option(0, int, low=0, doc="tables with fewer rows stay dense fp32 (small fields gain nothing)"),
+    "collection": Option(True, bool, doc="models look all their tables up through one EmbeddingCollection (fp32 "
+                                         "tables in one native op, trained in its backward); false: one layer call "
+                                         "per table"),
     "tables": Option({}, dict, doc="sections of single tables by the names the memory report gives them "
                                    "(embeddings.item_id, first_order.item_id): a type and its keys, where a table "
                                    "differs from this section (tools/plan.py writes them)"),
@@ -33,7 +36,7 @@ AUTO_OPTIONS: dict[str, Option] = {
     "methods": Option(None, list, item_kind=str, nullable=True, doc="the methods the planner may choose "
                                                                     "(default: all; see paddle_edo.planner)"),
 }
-TABLE_KEYS_FIXED = ("dim", "sparse", "tables")  # one width and gradient kind for all of a model's tables
+TABLE_KEYS_FIXED = ("dim", "sparse", "tables", "collection")  # one width, gradient kind and lookup for all tables
 RENAMED_KEYS = {"dtype": "storage_format"}  # old config spellings, accepted for one release
 
 
@@ -110,7 +113,8 @@ def check_table_section(path: str, entry: Any, parent: dict[str, Any]) -> dict[s
     if fixed:
         raise ConfigError(f"{path}.{fixed[0]}: a single table cannot set it; every table of a model shares the "
                           f"embedding section's {', '.join(TABLE_KEYS_FIXED[:2])}")
-    section = check_embedding_section(path, {**entry, "dim": parent["dim"], "sparse": parent["sparse"]})
+    section = check_embedding_section(path, {**entry, "dim": parent["dim"], "sparse": parent["sparse"],
+                                             "collection": parent["collection"]})
     return {key: value for key, value in section.items() if key not in TABLE_KEYS_FIXED}
 
 
@@ -123,6 +127,7 @@ class TableSpec:
     dim: int = 16
     sparse: bool = True
     min_rows: int = 0
+    collection: bool = True
     options: Mapping[str, Any] = field(default_factory=dict)
     tables: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # single tables' own sections
 
@@ -138,18 +143,19 @@ class TableSpec:
     def section(self) -> dict[str, Any]:
         """The flat ``embedding`` section this spec stands for."""
         return {"type": self.type, "dim": self.dim, "sparse": self.sparse, "min_rows": self.min_rows,
-                **self.options, "tables": {name: dict(entry) for name, entry in self.tables.items()}}
+                "collection": self.collection, **self.options, "tables": {name: dict(entry) for name, entry in self.tables.items()}}
 
     def with_dim(self, dim: int) -> "TableSpec":
-        return TableSpec(self.type, dim, self.sparse, self.min_rows, dict(self.options), dict(self.tables))
+        return TableSpec(self.type, dim, self.sparse, self.min_rows, self.collection, dict(self.options),
+                         dict(self.tables))
 
     def for_table(self, name: str) -> "TableSpec":
         """The spec of the model's table ``name``: its own section under ``tables`` (at this width), or
         this spec."""
         if name not in self.tables:
-            return TableSpec(self.type, self.dim, self.sparse, self.min_rows, dict(self.options))
-        return TableSpec.from_section({**self.tables[name], "dim": self.dim, "sparse": self.sparse},
-                                      f"embedding.tables.{name}")
+            return TableSpec(self.type, self.dim, self.sparse, self.min_rows, self.collection, dict(self.options))
+        return TableSpec.from_section({**self.tables[name], "dim": self.dim, "sparse": self.sparse,
+                                       "collection": self.collection}, f"embedding.tables.{name}")
 
     def check_table_names(self, names: list[str], owner: str) -> None:
         """Refuse sections under ``tables`` for tables the model does not have."""
@@ -166,7 +172,8 @@ class TableSpec:
             raise ConfigError("embedding.type = 'auto' is chosen table by table by the planner before a model is "
                               "built: train with tools/train.py (which plans first), or plan with tools/plan.py "
                               "or paddle_edo.planner.plan_tables")
-        spec = self if num_embeddings >= self.min_rows else TableSpec(dim=self.dim, sparse=self.sparse)
+        spec = self if num_embeddings >= self.min_rows else TableSpec(dim=self.dim, sparse=self.sparse,
+                                                                      collection=self.collection)
         spec = TableSpec.from_section({**spec.section(), "tables": {}})  # the defaults of the chosen type
         cls = EMBEDDINGS[spec.type]
         options = spec.section()
