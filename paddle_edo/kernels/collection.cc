@@ -3,7 +3,7 @@
 //
 // Table t's ids are flat, in bags of lengths[t] ids per example (0: ragged, bounds[t] gives each example's
 // start, as offsets do) and pooled by modes[t] (0: none, each id its own slot; 1: sum; 2: mean); an id equal
-// to paddings[t] (-1: none) reads a zero row and trains nothing. The output is one [batch, width] tensor,
+// to paddings[t] (negative: none) reads a zero row and trains nothing. The output is one [batch, width] tensor,
 // table after table: D_t columns for a pooled table, L_t x D_t for an unpooled one.
 //
 // The backward sums each distinct row's gradients in the order its entries come (the order Paddle's
@@ -45,6 +45,7 @@ struct Tables {
 
   // Bag b of table t holds entries [Start(t, b), Start(t, b + 1)).
   int64_t Start(int64_t t, int64_t b) const { return length[t] > 0 ? b * length[t] : bound[t][b]; }
+  bool IsPadding(int64_t t, int64_t id) const { return padding[t] >= 0 && id == padding[t]; }
   // Where entry j (of bag b) of table t goes in an output row.
   int64_t Column(int64_t t, int64_t b, int64_t j) const {
     return mode[t] == kNone ? column[t] + (j - Start(t, b)) * dim[t] : column[t];
@@ -102,7 +103,7 @@ std::string FirstBadId(const Tables& tables, const std::vector<paddle::Tensor>& 
     const int64_t n = ids[t].numel(), rows = tables.rows[t];
     for (int64_t i = 0; i < n; ++i) {
       const int64_t id = tables.id[t][i];
-      if ((id < 0 || id >= rows) && id != tables.padding[t]) {
+      if ((id < 0 || id >= rows) && !tables.IsPadding(t, id)) {
         return "table " + std::to_string(t) + ": id " + std::to_string(id) + " is outside [0, " +
                std::to_string(rows) + ")";
       }
@@ -124,7 +125,7 @@ void LookUpExample(const Tables& tables, int64_t b, float* out) {
     if (tables.mode[t] == kNone) {
       for (int64_t j = start; j < end; ++j, slot += dim) {
         const int64_t id = tables.id[t][j];
-        if (id == tables.padding[t]) {
+        if (tables.IsPadding(t, id)) {
           std::memset(slot, 0, sizeof(float) * dim);
         } else {
           std::memcpy(slot, weight + id * dim, sizeof(float) * dim);
@@ -136,7 +137,7 @@ void LookUpExample(const Tables& tables, int64_t b, float* out) {
     int64_t count = 0;
     for (int64_t j = start; j < end; ++j) {
       const int64_t id = tables.id[t][j];
-      if (id == tables.padding[t]) continue;
+      if (tables.IsPadding(t, id)) continue;
       AddRow(slot, weight + id * dim, dim);
       ++count;
     }
@@ -160,7 +161,7 @@ void PrefetchExample(const Tables& tables, int64_t b) {
 float EntryFactor(const Tables& tables, int64_t t, int64_t b) {
   if (tables.mode[t] != kMean) return 1.0f;
   int64_t count = 0;
-  for (int64_t j = tables.Start(t, b); j < tables.Start(t, b + 1); ++j) count += tables.id[t][j] != tables.padding[t];
+  for (int64_t j = tables.Start(t, b); j < tables.Start(t, b + 1); ++j) count += !tables.IsPadding(t, tables.id[t][j]);
   return count > 1 ? 1.0f / static_cast<float>(count) : 1.0f;
 }
 
@@ -183,7 +184,7 @@ struct RowGradients {
       const float* bag_grad = grad + b * tables.width;
       for (int64_t j = tables.Start(t, b); j < tables.Start(t, b + 1); ++j) {
         const int64_t id = tables.id[t][j];
-        if (id == tables.padding[t]) continue;
+        if (tables.IsPadding(t, id)) continue;
         uint64_t s = (static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ULL) >> shift;
         while (slots[s] >= 0 && distinct[slots[s]] != id) s = (s + 1) & mask;
         if (slots[s] < 0) {

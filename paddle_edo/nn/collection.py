@@ -80,9 +80,18 @@ class EmbeddingCollection(paddle.nn.Layer):
     def __len__(self) -> int:
         return len(self.names)
 
+    def keys(self) -> list[str]:
+        return list(self.names)
+
+    def values(self) -> list[EmbeddingBase]:
+        return [self._sub_layers[key] for key in self.names]
+
+    def items(self) -> list[tuple[str, EmbeddingBase]]:
+        return [(key, self._sub_layers[key]) for key in self.names]
+
     def tables(self) -> dict[str, EmbeddingBase]:
         """The tables by name, in order."""
-        return {key: self._sub_layers[key] for key in self.names}
+        return dict(self.items())
 
     def fused_tables(self) -> list[str]:
         """Names of the tables the batched kernels serve: fp32 DenseEmbedding tables."""
@@ -164,8 +173,11 @@ class EmbeddingCollection(paddle.nn.Layer):
                 outputs[i] = part
         for i, key in enumerate(self.names):
             if outputs[i] is None:
-                outputs[i] = self._table_lookup(key, ids[i], offsets[i]).reshape([batch, -1])
+                width = self._width(i, ids[i], offsets[i])
+                outputs[i] = self._table_lookup(key, ids[i], offsets[i]).reshape([batch if batch >= 0 else -1, width])
         if concat:
+            if batch == 0:  # Paddle's concat drops empty tensors, and refuses to join none
+                return paddle.zeros([0, sum(out.shape[1] for out in outputs)], dtype="float32")
             return outputs[0] if len(outputs) == 1 else paddle.concat(outputs, axis=1)
         return [out.reshape(self._shape(i, ids[i], offsets[i], batch)) for i, out in enumerate(outputs)]
 
@@ -185,6 +197,7 @@ class EmbeddingCollection(paddle.nn.Layer):
                                 f"({', '.join(self.names)})")
         return values
 
+    @paddle.jit.not_to_static  # plain Python on static shapes (-1 where open)
     def _batch_size(self, ids: list[paddle.Tensor], offsets: list[paddle.Tensor | None]) -> int:
         """The examples in the batch, the same for every table (refused otherwise, naming the table)."""
         sizes = []
@@ -204,12 +217,14 @@ class EmbeddingCollection(paddle.nn.Layer):
                                     f"{self.names[0]!r} one of {first}; every table takes the same examples")
         return first
 
+    @paddle.jit.not_to_static  # plain Python on static shapes (-1 where open)
     def _width(self, index: int, ids: paddle.Tensor, offsets: paddle.Tensor | None) -> int:
         dim = self[self.names[index]].embedding_dim
         if self.pooling[self.names[index]] != "none":
             return dim
         return dim * int(np.prod(ids.shape[1:])) if len(ids.shape) > 1 else dim
 
+    @paddle.jit.not_to_static  # plain Python on static shapes (-1 where open)
     def _shape(self, index: int, ids: paddle.Tensor, offsets: paddle.Tensor | None, batch: int) -> list[int]:
         dim = self[self.names[index]].embedding_dim
         if self.pooling[self.names[index]] != "none":

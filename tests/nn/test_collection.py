@@ -1,0 +1,214 @@
+"""EmbeddingCollection: one batched lookup and one fused backward equal per-table layers trained by Paddle's
+optimizers, bit for bit; pooled and ragged bags; the optimizer state's round trip; bad input named."""
+import numpy as np
+import paddle
+import pytest
+
+from paddle_edo.errors import EdoIndexError, EdoKeyError, EdoTypeError, EdoValueError
+from paddle_edo.kernels import fused_ops
+from paddle_edo.nn import DenseEmbedding, EmbeddingCollection, HashEmbedding, QuantizedEmbedding
+from paddle_edo.nn.collection import load_table_optimizer_state, table_optimizer_state
+from paddle_edo.optim import TableOptimizer
+
+pytestmark = pytest.mark.skipif(fused_ops() is None, reason="the native kernels cannot be built here")
+
+ROWS = (50, 7, 1000, 300, 200)
+DIMS = (4, 1, 8, 12, 16)  # widths below, at and above the vector lengths; SGD rounds two ways by width
+
+
+def tables(padding_idx=0, seed=1):
+    paddle.seed(seed)
+    return {f"t{i}": DenseEmbedding(r, d, padding_idx=padding_idx) for i, (r, d) in enumerate(zip(ROWS, DIMS))}
+
+
+def paddle_optimizer(name, lr, parameters):
+    if name == "adam":
+        return paddle.optimizer.Adam(lr, parameters=parameters, lazy_mode=True)
+    return {"sgd": paddle.optimizer.SGD, "adagrad": paddle.optimizer.Adagrad}[name](lr, parameters=parameters)
+
+
+def batches(rng, steps, batch=64, length=None):
+    shape = (batch,) if length is None else (batch, length)
+    return [[paddle.to_tensor(rng.integers(0, r, shape)) for r in ROWS] for _ in range(steps)]
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
+def test_the_fused_step_equals_per_table_layers_with_paddles_optimizer_bit_for_bit(optimizer):
+    fused, plain = tables(), tables()
+    collection = EmbeddingCollection(fused)
+    assert collection.bind_optimizer(TableOptimizer(optimizer, 0.05)) == list(fused)
+    reference = paddle_optimizer(optimizer, 0.05, [t.weight for t in plain.values()])
+    rng = np.random.default_rng(0)
+    for ids in batches(rng, 4):
+        out = collection(ids)
+        expected = paddle.concat([plain[k](x) for k, x in zip(plain, ids)], axis=1)
+        np.testing.assert_array_equal(out.numpy(), expected.numpy())
+        weights = paddle.to_tensor(rng.standard_normal(out.shape).astype("float32"))
+        (out * weights).sum().backward()
+        (expected * weights).sum().backward()
+        reference.step()
+        reference.clear_grad()
+    for key in fused:  # the padding row: Paddle's sparse gradient trains it (no lookup reads it); ours stays 0
+        np.testing.assert_array_equal(fused[key].weight.numpy()[1:], plain[key].weight.numpy()[1:])
+        assert not fused[key].weight.numpy()[0].any()
+        assert fused[key].weight.grad is None  # no gradient tensor: the rows were updated in the backward
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_pooled_bags_skip_padding_and_train_as_pooled_lookups(mode):
+    fused, plain = tables(), tables()
+    collection = EmbeddingCollection(fused, pooling=mode)
+    collection.bind_optimizer(TableOptimizer("adagrad", 0.1))
+    reference = paddle_optimizer("adagrad", 0.1, [t.weight for t in plain.values()])
+    reference_bags = EmbeddingCollection(plain, pooling=mode)  # no optimizer bound: each table's own pooling
+    rng = np.random.default_rng(1)
+    for ids in batches(rng, 3, batch=32, length=5):
+        ids[0][0] = 0  # a bag of padding only gives zeros
+        out = collection(ids)
+        expected = reference_bags(ids)
+        np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-6, atol=1e-7)
+        assert not out.numpy()[0, :DIMS[0]].any()
+        out.sum().backward()
+        expected.sum().backward()
+        reference.step()
+        reference.clear_grad()
+    for key in fused:
+        np.testing.assert_allclose(fused[key].weight.numpy()[1:], plain[key].weight.numpy()[1:], rtol=1e-6, atol=1e-7)
+
+
+def test_ragged_bags_by_offsets_equal_the_same_bags_padded():
+    ragged, padded = EmbeddingCollection(tables(), "sum"), EmbeddingCollection(tables(), "sum")
+    lengths = [3, 1, 4, 2]
+    rng = np.random.default_rng(2)
+    flat = [rng.integers(1, r, sum(lengths)) for r in ROWS]
+    offsets = paddle.to_tensor(np.cumsum([0] + lengths[:-1]))
+    grid = []
+    for values in flat:
+        rows = np.zeros((len(lengths), max(lengths)), dtype=np.int64)
+        for b, (start, n) in enumerate(zip(np.cumsum([0] + lengths[:-1]), lengths)):
+            rows[b, :n] = values[start:start + n]
+        grid.append(paddle.to_tensor(rows))
+    with paddle.no_grad():
+        out = ragged([paddle.to_tensor(v) for v in flat], offsets=[offsets] * len(ROWS))
+        np.testing.assert_array_equal(out.numpy(), padded(grid).numpy())
+
+
+def test_rowwise_adagrad_keeps_one_accumulator_per_row():
+    paddle.seed(3)
+    table = DenseEmbedding(20, 4)
+    start = table.weight.numpy().copy()
+    collection = EmbeddingCollection({"t": table})
+    collection.bind_optimizer(TableOptimizer("rowwise_adagrad", 0.5))
+    ids = np.array([3, 5, 3])
+    grad = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+    (collection([paddle.to_tensor(ids)]) * paddle.to_tensor(grad)).sum().backward()
+    summed = {3: grad[0] + grad[2], 5: grad[1]}
+    accumulator = collection.optimizer_state()["t.state1"]
+    assert accumulator.shape == (20,)
+    for row, g in summed.items():
+        g = g.astype(np.float32)
+        assert accumulator[row] == np.float32(np.sum(g * g, dtype=np.float32) / np.float32(4))
+        np.testing.assert_allclose(table.weight.numpy()[row], start[row] - 0.5 * g / (np.sqrt(accumulator[row]) + 1e-8),
+                                   rtol=1e-6)
+    assert accumulator[np.setdiff1d(np.arange(20), ids)].sum() == 0
+
+
+def test_the_optimizer_state_resumes_exactly():
+    rng = np.random.default_rng(4)
+    steps = batches(rng, 4)
+    whole = EmbeddingCollection(tables())
+    whole.bind_optimizer(TableOptimizer("adam", 0.01))
+    for ids in steps:
+        whole(ids).sum().backward()
+    first = EmbeddingCollection(tables())
+    first.bind_optimizer(TableOptimizer("adam", 0.01))
+    for ids in steps[:2]:
+        first(ids).sum().backward()
+    saved_weights = {k: v.numpy().copy() for k, v in first.state_dict().items()}
+    saved = table_optimizer_state(paddle.nn.LayerList([first]))
+    resumed = EmbeddingCollection(tables(seed=9))
+    resumed.bind_optimizer(TableOptimizer("adam", 0.01))
+    resumed.set_state_dict({k: paddle.to_tensor(v) for k, v in saved_weights.items()})
+    load_table_optimizer_state(paddle.nn.LayerList([resumed]), saved, "test")
+    for ids in steps[2:]:
+        resumed(ids).sum().backward()
+    for key, value in whole.state_dict().items():
+        np.testing.assert_array_equal(resumed.state_dict()[key].numpy(), value.numpy())
+    other = EmbeddingCollection(tables())
+    other.bind_optimizer(TableOptimizer("adagrad", 0.01))
+    with pytest.raises(EdoValueError, match="table optimizer state"):
+        load_table_optimizer_state(paddle.nn.LayerList([other]), saved, "test")
+
+
+def test_other_tables_join_through_their_own_lookups_and_train_through_paddle():
+    paddle.seed(5)
+    members = {"dense": DenseEmbedding(30, 4), "hashed": HashEmbedding(1000, 4, 64),
+               "int8": QuantizedEmbedding(40, 4, "int8", mode="qat")}
+    collection = EmbeddingCollection(members)
+    assert collection.fused_tables() == ["dense"]
+    collection.bind_optimizer(TableOptimizer("sgd", 0.1))
+    assert collection.fused_parameters() == [members["dense"].weight]
+    ids = [paddle.to_tensor(np.array([1, 2])), paddle.to_tensor(np.array([999, 5])), paddle.to_tensor(np.array([3, 3]))]
+    out = collection(ids, concat=False)
+    assert [list(o.shape) for o in out] == [[2, 4]] * 3
+    with paddle.no_grad():
+        np.testing.assert_array_equal(out[1].numpy(), members["hashed"](ids[1]).numpy())
+    paddle.concat(out, axis=1).sum().backward()
+    assert members["hashed"].table.weight.grad is not None and members["dense"].weight.grad is None
+
+
+def test_unpooled_sequences_and_empty_batches_keep_their_shapes():
+    collection = EmbeddingCollection(tables())
+    collection.bind_optimizer(TableOptimizer("adagrad", 0.1))
+    ids = [paddle.to_tensor(np.ones((3, 2), dtype=np.int64))] * len(ROWS)
+    assert list(collection(ids).shape) == [3, 2 * sum(DIMS)]
+    assert [list(o.shape) for o in collection(ids, concat=False)] == [[3, 2, d] for d in DIMS]
+    empty = [paddle.zeros([0], dtype="int64")] * len(ROWS)
+    out = collection(empty)
+    assert list(out.shape) == [0, sum(DIMS)]
+    with paddle.no_grad():
+        assert list(collection(empty).shape) == [0, sum(DIMS)]
+
+
+def test_bad_input_is_refused_naming_the_table():
+    collection = EmbeddingCollection(tables(padding_idx=None))
+    collection.bind_optimizer(TableOptimizer("sgd", 0.1))
+    good = [paddle.to_tensor(np.zeros(4, dtype=np.int64))] * len(ROWS)
+    bad = list(good)
+    bad[2] = paddle.to_tensor(np.array([0, 1000, 2, 3]))
+    with pytest.raises(EdoIndexError, match=r"table 't2': id 1000 is out of range \[0, 1000\)"):
+        collection(bad)
+    with paddle.no_grad(), pytest.raises(EdoIndexError, match=r"table 't2': id -1"):
+        collection(good[:2] + [paddle.to_tensor(np.array([-1, 0, 0, 0]))] + good[3:])
+    with pytest.raises(EdoTypeError, match="ids must be int32 or int64, got float32"):
+        collection([paddle.zeros([4])] + good[1:])
+    with pytest.raises(EdoValueError, match="4 ids tensors for 5 tables"):
+        collection(good[:4])
+    with pytest.raises(EdoValueError, match="table 't1' has a batch of 3"):
+        collection(good[:1] + [paddle.to_tensor(np.zeros(3, dtype=np.int64))] + good[2:])
+    with pytest.raises(EdoKeyError, match="ids for table 't4' missing"):
+        collection({f"t{i}": good[i] for i in range(4)})
+    with pytest.raises(EdoValueError, match="pooling of table 't0' = 'max'"):
+        EmbeddingCollection(tables(), pooling={"t0": "max"})
+    with pytest.raises(EdoTypeError, match="tables must be paddle_edo tables"):
+        EmbeddingCollection({"plain": paddle.nn.Embedding(3, 2)})
+    with pytest.raises(EdoValueError, match="'rmsprop' is not fused"):
+        TableOptimizer("rmsprop", 0.1)
+
+
+def test_to_static_and_inference_programs_give_the_kernels_results(tmp_path):
+    collection = EmbeddingCollection(tables(), pooling={"t2": "mean"})
+    collection.eval()
+    ids = [paddle.to_tensor(np.arange(8) % r) for r in ROWS]
+    ids[2] = paddle.to_tensor((np.arange(16) % 7).reshape(8, 2))
+    with paddle.no_grad():
+        eager = collection(ids).numpy()
+        for full_graph in (False, True):
+            np.testing.assert_allclose(paddle.jit.to_static(collection, full_graph=full_graph)(ids).numpy(), eager,
+                                       rtol=1e-6, atol=1e-7)
+    specs = [paddle.static.InputSpec(list(x.shape), "int64") for x in ids]
+    path = str(tmp_path / "collection")
+    paddle.jit.save(paddle.jit.to_static(EmbeddingCollection(collection.tables(), collection.pooling),
+                                         input_spec=[specs], full_graph=True), path)
+    loaded = paddle.jit.load(path)
+    np.testing.assert_allclose(loaded(*ids).numpy(), eager, rtol=1e-6, atol=1e-7)
