@@ -472,6 +472,31 @@ def run_lookups(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
+def run_collection(args: argparse.Namespace, out: Path) -> int:
+    """The table-batched collection's training step beside per-table layers and the peers."""
+    from tools import bench_collection
+
+    with tempfile.TemporaryDirectory() as folder:
+        result = bench_collection.main_collection(args.rows_cap, args.batch, args.dim, args.repeats, args.threads,
+                                                  args.peers, Path(folder))
+    result["settings"].update(malloc=MALLOC, processor=processor_name())
+    (out / "collection.json").write_text(json.dumps(result, indent=2))
+    table = f"Processor: {result['settings']['processor']}\n\n" + bench_collection.markdown(result)
+    (out / "collection.md").write_text(table + "\n")
+    print(table)
+    return 0
+
+
+def processor_name() -> str:
+    """The CPU's model name and widest vector ISA, as /proc/cpuinfo gives them."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
+    return f"{model}, {'AVX-512' if ' avx512f' in info else 'AVX2 only' if ' avx2' in info else 'no AVX2'}"
+
+
 def run_to_static(args: argparse.Namespace, out: Path) -> int:
     """Training examples/s with train.to_static beside dynamic graph."""
     result = to_static_benchmark(args.repeats)
@@ -668,7 +693,7 @@ def run_serving(args: argparse.Namespace, out: Path) -> int:
 
 RUNNERS = {"serving": run_serving, "data": run_data, "quantized": run_quantized, "shared": run_shared, "monitor": run_monitor, "cache": run_cache,
            "text": run_text, "lookups": run_lookups, "to_static": run_to_static, "ps": run_ps, "versions": run_versions,
-           "planner": run_planner, "packing": run_packing}
+           "planner": run_planner, "packing": run_packing, "collection": run_collection}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -742,6 +767,17 @@ def main(argv: list[str] | None = None) -> int:
     packing = sub.add_parser("packing", help="row ranges against min-max, and resident memory after packing")
     packing.add_argument("--threads", type=int, default=2)
     packing.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
+    collection = sub.add_parser("collection", help="the table-batched collection's training step vs per-table "
+                                                   "layers, FBGEMM's TBE and torch")
+    collection.add_argument("--rows-cap", type=int, default=1_000_000, help="Criteo's vocabulary sizes capped here")
+    collection.add_argument("--batch", type=int, default=4096)
+    collection.add_argument("--dim", type=int, default=16)
+    collection.add_argument("--repeats", type=int, default=11)
+    collection.add_argument("--threads", type=int, default=2)
+    collection.add_argument("--peers", default=str(ROOT / ".venv-peers" / "bin" / "python") if (
+        ROOT / ".venv-peers" / "bin" / "python").exists() else None,
+                            help="a Python with torch and fbgemm-gpu-cpu for the peer rows (`make setup-peers`)")
+    collection.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     versions = sub.add_parser("versions", help="two runs of `lookups` (e.g. one per Paddle) side by side")
     versions.add_argument("--lookups", nargs=2, required=True, help="the two lookups.json files")
     versions.add_argument("--names", nargs=2, default=["Paddle 2.6.2", "Paddle 3.3.1"])

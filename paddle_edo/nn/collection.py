@@ -167,6 +167,8 @@ class EmbeddingCollection(paddle.nn.Layer):
         if fused and batch != 0:
             flat = self._fused_lookup([self.names[i] for i in fused], [ids[i] for i in fused],
                                       [offsets[i] for i in fused], batch)
+            if concat and len(fused) == len(self.names):
+                return flat
             widths = [self._width(i, ids[i], offsets[i]) for i in fused]
             parts = paddle.split(flat, widths, axis=1) if len(fused) > 1 else [flat]
             for i, part in zip(fused, parts):
@@ -202,7 +204,8 @@ class EmbeddingCollection(paddle.nn.Layer):
         """The examples in the batch, the same for every table (refused otherwise, naming the table)."""
         sizes = []
         for key, table_ids, table_offsets in zip(self.names, ids, offsets):
-            self[key].check_id_dtype(table_ids)
+            if isinstance(self[key], EmbeddingBase):  # (a planner's trial may swap in a paddle.nn.Embedding)
+                self[key].check_id_dtype(table_ids)
             if table_offsets is not None and self.pooling[key] == "none":
                 raise EdoValueError(f"{type(self).__name__}: table {key!r} has offsets but pooling 'none'; bags "
                                     f"given by offsets are pooled ('sum' or 'mean')")
@@ -218,15 +221,20 @@ class EmbeddingCollection(paddle.nn.Layer):
         return first
 
     @paddle.jit.not_to_static  # plain Python on static shapes (-1 where open)
+    def _dim(self, index: int) -> int:
+        table = self[self.names[index]]
+        return table.embedding_dim if isinstance(table, EmbeddingBase) else table.weight.shape[1]
+
+    @paddle.jit.not_to_static
     def _width(self, index: int, ids: paddle.Tensor, offsets: paddle.Tensor | None) -> int:
-        dim = self[self.names[index]].embedding_dim
+        dim = self._dim(index)
         if self.pooling[self.names[index]] != "none":
             return dim
         return dim * int(np.prod(ids.shape[1:])) if len(ids.shape) > 1 else dim
 
     @paddle.jit.not_to_static  # plain Python on static shapes (-1 where open)
     def _shape(self, index: int, ids: paddle.Tensor, offsets: paddle.Tensor | None, batch: int) -> list[int]:
-        dim = self[self.names[index]].embedding_dim
+        dim = self._dim(index)
         if self.pooling[self.names[index]] != "none":
             return [batch, dim]
         return [batch, *ids.shape[1:], dim]

@@ -136,3 +136,10 @@ def test_a_planned_model_fits_its_budget_where_int8_does_not():
     assert rows["plan"][2] == "yes" and rows["int8 everywhere"][2] == "no"
     assert float(rows["plan"][0]) > 0.70
     assert "smallest reachable" in out and "embeddings.item_id" in out
+
+
+def test_the_table_batched_collection_trains_as_per_table_layers():
+    output = run("table_batched_collection.py", "--tables", "5", "--rows", "2000", "--batch", "256", "--steps", "4")
+    assert "largest difference from the per-table layers after 4 steps: 0\n" in output
+    rows = table_rows(output)
+    assert number(rows["collection"][0]) > 0 and number(rows["layers"][0]) > 0
