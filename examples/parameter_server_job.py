@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> dict:
             raise SystemExit("the parameter-server job failed (its logs are named above)")
         results = json.loads((output / "results.json").read_text())
         served = Engine(load_config(CONFIG, [*overrides, "distributed.mode=none"]))
-        served.load(output / "checkpoints" / "last.pdckpt")
+        served.load(output / "checkpoints" / "last.pdckpt", table_optimizer=False)  # evaluated, not resumed
         local = served.evaluate("test")["auc"]
     print(f"trainer 0's test AUC {results['test_auc']:.4f}; the pulled checkpoint in one process: {local:.4f}")
     return {"ps_test_auc": results["test_auc"], "checkpoint_test_auc": local}

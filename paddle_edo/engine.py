@@ -147,9 +147,10 @@ class Engine:
         path = Path(path or self.checkpoint_path)
         return save_checkpoint(self.state(), path) if self.rank == 0 else path
 
-    def load(self, path: str | Path) -> None:
+    def load(self, path: str | Path, table_optimizer: bool = True) -> None:
         """Restore model, optimizer and position from a checkpoint of the same experiment (randomness
-        follows from (seed, step), see _train_step)."""
+        follows from (seed, step), see _train_step); ``table_optimizer``: the collections' fused optimizer
+        state too (a resume needs it; serving does not, and a parameter-server job's checkpoint has none)."""
         state = load_checkpoint(path)
         diff = checkpoint_difference(state.get("config", {}), self.config)
         if diff is not None:
@@ -157,7 +158,8 @@ class Engine:
                                   f"resume it with the config it was trained with")
         load_model_state(self.model, state["model"], str(path))
         self.optimizer.set_state_dict(state["optimizer"])
-        load_table_optimizer_state(self.model, state.get("table_optimizer", {}), f"checkpoint {path}")
+        if table_optimizer:
+            load_table_optimizer_state(self.model, state.get("table_optimizer", {}), f"checkpoint {path}")
         self.epoch, self.step_in_epoch = state["epoch"], state["step_in_epoch"]
         self.global_step, self.history = state["global_step"], list(state["history"])
 
@@ -172,7 +174,7 @@ class Engine:
     def load_for_serving(self, path: str | Path) -> list[str]:
         """Load a checkpoint, pack its QAT / PTQ tables as the end of training does, and turn cached
         tables into dense ones (export needs the whole table in the graph); returns the tables changed."""
-        self.load(path)
+        self.load(path, table_optimizer=False)
         return pack_trained(self.model) + uncache(self.model)
 
     # ----------------------------------------------------------------- train

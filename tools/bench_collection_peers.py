@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,9 +32,12 @@ from fbgemm_gpu.split_table_batched_embeddings_ops_common import (BoundsCheckMod
 from fbgemm_gpu.split_table_batched_embeddings_ops_training import SplitTableBatchedEmbeddingBagsCodegen
 from torch import Tensor, nn
 
+from bench_peers import median_ms  # the lookup peers' timer (this script runs from tools/, beside it)
+
 TBE_OPTIMIZERS = (("rowwise Adagrad", EmbOptimType.EXACT_ROWWISE_ADAGRAD), ("Adagrad", EmbOptimType.EXACT_ADAGRAD),
                   ("SGD", EmbOptimType.EXACT_SGD))  # the optimizers FBGEMM's CPU TBE accepts, EMA aside
 OPTIONAL_SET = ("tables_100.json", "ids_100.npy")
+WARMUP = 3  # untimed steps before the timed ones
 FIRST_ORDER_DIM = 4  # FBGEMM's smallest dim
 
 
@@ -132,17 +134,6 @@ def deepfm_step(model: DeepFM, optimizers: list[torch.optim.Optimizer], ids: Ten
     return step
 
 
-def median_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return float(np.median(times))
-
-
 def bench_tables(spec: dict, ids: Tensor, dense: Tensor, labels: Tensor, repeats: int) -> dict[str, float]:
     """Median ms of each TBE step and both DeepFM steps over one table set."""
     rows, dim = list(spec["rows"]), int(spec["dim"])
@@ -154,17 +145,17 @@ def bench_tables(spec: dict, ids: Tensor, dense: Tensor, labels: Tensor, repeats
     grad = torch.randn(ids.shape[0], len(rows) * dim, generator=torch.Generator().manual_seed(0))
     for name, optimizer in TBE_OPTIMIZERS:
         tbe = make_tbe(rows, dim, optimizer)
-        ms[f"FBGEMM TBE {name} step{suffix}"] = median_ms(tbe_step(tbe, indices, offsets, grad), repeats)
+        ms[f"FBGEMM TBE {name} step{suffix}"] = median_ms(tbe_step(tbe, indices, offsets, grad), repeats, WARMUP)
         del tbe
     model = DeepFM(TorchTables(rows, dim), len(rows), dim, dense.shape[1], spec["hidden"])
     optimizers = [torch.optim.SparseAdam(list(model.tables.parameters()), lr=0.001),
                   torch.optim.Adam(model.dense_parameters(), lr=0.001)]
-    ms[f"torch DeepFM step{suffix}"] = median_ms(deepfm_step(model, optimizers, ids, dense, labels), repeats)
+    ms[f"torch DeepFM step{suffix}"] = median_ms(deepfm_step(model, optimizers, ids, dense, labels), repeats, WARMUP)
     del model, optimizers
     model = DeepFM(TBETables(rows, dim), len(rows), dim, dense.shape[1], spec["hidden"])
     optimizers = [torch.optim.Adam(model.dense_parameters(), lr=0.001)]
     ms[f"torch DeepFM step, FBGEMM TBE tables{suffix}"] = median_ms(
-        deepfm_step(model, optimizers, ids, dense, labels), repeats)
+        deepfm_step(model, optimizers, ids, dense, labels), repeats, WARMUP)
     return ms
 
 

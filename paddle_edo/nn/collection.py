@@ -69,6 +69,9 @@ class EmbeddingCollection(paddle.nn.Layer):
                 raise EdoValueError(f"{label}: pooling of table {key!r} = {modes[key]!r}; expected one of "
                                     f"{', '.join(map(repr, POOLINGS))}")
         self.pooling = modes
+        # each table's padding id, kept as built: a layer swapped in later (an export's paddle.nn.Embedding)
+        # pools and skips the same ids
+        self.padding = {key: table.padding_idx for key, table in tables.items()}
         self.optimizer: TableOptimizer | None = None
         self._states: dict[str, tuple[paddle.Tensor, paddle.Tensor]] = {}
         self._beta_pows: paddle.Tensor | None = None
@@ -244,7 +247,7 @@ class EmbeddingCollection(paddle.nn.Layer):
         table = self[key]
         if self.pooling[key] == "none":
             return table(ids)
-        return pooled_lookup(table, ids, offsets, mode=self.pooling[key], padding_idx=table.padding_idx,
+        return pooled_lookup(table, ids, offsets, mode=self.pooling[key], padding_idx=self.padding[key],
                              owner=f"{self.full_name()} table '{key}'")
 
     @paddle.jit.not_to_static
@@ -294,7 +297,7 @@ class _Plan:
                 self.bounds.append(paddle.concat([int64_ids(table_offsets), paddle.to_tensor([flat.shape[0]],
                                                                                               dtype="int64")]))
             self.modes.append(POOLINGS.index(collection.pooling[key]))
-            padding = collection[key].padding_idx
+            padding = collection.padding[key]
             self.paddings.append(-1 if padding is None else int(padding))
 
     def lookup(self) -> paddle.Tensor:
