@@ -34,8 +34,8 @@ def test_defaults_are_filled_and_overrides_are_typed_by_yaml():
     assert config["train"]["learning_rate"] == pytest.approx(0.01)
     assert config["train"]["resume"] is True
     assert config["train"]["amp"] == {"enable": False, "level": "O1", "dtype": "float16"}
-    assert config["embedding"] == {"type": "dense", "dim": 16, "sparse": True, "min_rows": 0, "tables": {},
-                                   "init_std": 0.01, "deduplicate": True}
+    assert config["embedding"] == {"type": "dense", "dim": 16, "sparse": True, "min_rows": 0, "collection": True,
+                                   "tables": {}, "init_std": 0.01, "deduplicate": True}
 
 
 def test_integer_given_for_a_float_is_widened():

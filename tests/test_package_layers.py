@@ -10,7 +10,7 @@ PACKAGE = ROOT / "paddle_edo"
 LAYERS = [  # lowest first; units on one layer do not import each other
     {"errors"},
     {"runtime"},   # where computation runs (device, threads, Paddle's OpenMP runtime, MKL's code path): the kernels link its runtime
-    {"compat", "schema", "kernels", "kmeans", "metrics", "callbacks", "progress", "benchmark", "host_memory"},
+    {"compat", "schema", "kernels", "kmeans", "metrics", "callbacks", "progress", "benchmark", "host_memory", "optim"},
     {"budget"},
     {"quant", "cache"},
     {"nn"},

@@ -107,13 +107,15 @@ class PSJob:
         distributed = self.config["distributed"]
         # no entry for the servers: they ignore it (the trainers admit ids themselves)
         table_options = {"table_class": distributed["table_class"], "geo": self.geo}
-        embedding = self.config["embedding"]
+        # per-table layers: the servers hold and train the tables, so a collection would batch nothing
+        embedding = {**self.config["embedding"], "collection": False}
         if embedding["type"] == "dense":  # every table on the servers
             self.model = build_model(self.fields, {**self.config, "embedding": {
-                "type": "ps_sparse", "dim": embedding["dim"], "sparse": True, **table_options}},
+                "type": "ps_sparse", "dim": embedding["dim"], "sparse": True, "collection": False, **table_options}},
                 dense_features=self.splits.dense_features)
         else:  # id compression (hash, qr): the layers map ids to rows; their inner tables go to the servers
-            self.model = build_model(self.fields, self.config, dense_features=self.splits.dense_features)
+            self.model = build_model(self.fields, {**self.config, "embedding": embedding},
+                                     dense_features=self.splits.dense_features)
             _tables_to_servers(self.model, table_options)
         self.inputs = [paddle.static.data(spec.name, spec.shape, spec.dtype) for spec in self.model.input_specs()]
         self.label = paddle.static.data("label", [None], "float32")
