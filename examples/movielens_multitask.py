@@ -60,9 +60,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(report)
     click_auc, rmse = evaluate(model, splits.test)
     shared = report.held_bytes
-    adapters = sum(int(p.size) * 4 for layer in model.embeddings.values() for p in layer.adapters.parameters())
-    print(f"tables held once: {shared} B (adapters {adapters} B); two single-task models: "
-          f"{2 * (shared - adapters)} B")
+    adapters = sum(int(p.size) * 4 for p in model.adapters.parameters())
+    print(f"tables held once: {shared} B (and adapters {adapters} B); two single-task models: {2 * shared} B")
     print(f"test click auc {click_auc:.4f}")
     print(f"test rating rmse {rmse:.4f}")
     return {"auc": click_auc, "rmse": rmse, "held_bytes": shared}

@@ -14,6 +14,10 @@
 // width is a multiple of 8 (then generated AVX code rounds the product, then the difference), and its
 // sparse Adam advances beta1^t and beta2^t before the step, so the first step's bias correction takes t = 2.
 // The padding row is never updated (Paddle's sparse gradients update it, though no lookup ever reads it).
+//
+// A QAT table (fake_formats[t] >= 0) is read through fake quantization: each distinct row of its batch is
+// encoded and decoded once (fake_quant.h), and its entries read those values; its gradient passes straight
+// through to the fp32 master row, so the backward treats it as any other table.
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -23,6 +27,7 @@
 
 #include <omp.h>
 
+#include "fake_quant.h"
 #include "huge_pages.h"
 #include "prefetch.h"
 #include "paddle/extension.h"
@@ -42,6 +47,13 @@ struct Tables {
   std::vector<int64_t> rows, dim, length, padding, column;
   std::vector<int> mode;
   std::vector<const int64_t*> id, bound;
+  std::vector<const float*> quantized;         // QAT tables: their batch's distinct rows, fake-quantized
+  std::vector<const int64_t*> quantized_index;  // and, per entry, which of those rows it reads
+
+  // The values entry j of table t reads.
+  const float* Row(int64_t t, int64_t j) const {
+    return quantized[t] != nullptr ? quantized[t] + quantized_index[t][j] * dim[t] : weight[t] + id[t][j] * dim[t];
+  }
 
   // Bag b of table t holds entries [Start(t, b), Start(t, b + 1)).
   int64_t Start(int64_t t, int64_t b) const { return length[t] > 0 ? b * length[t] : bound[t][b]; }
@@ -90,6 +102,8 @@ Tables Describe(const std::vector<paddle::Tensor>& weights, const std::vector<pa
       for (int64_t b = 0; b < batch; ++b) PD_CHECK(bound[b] <= bound[b + 1], "table ", t, ": bounds decrease at ", b);
       tables.bound.push_back(bound);
     }
+    tables.quantized.push_back(nullptr);
+    tables.quantized_index.push_back(nullptr);
     tables.column.push_back(tables.width);
     tables.width += modes[t] == kNone ? lengths[t] * tables.dim[t] : tables.dim[t];
     tables.entries += n;
@@ -120,7 +134,6 @@ inline void AddRow(float* out, const float* row, int64_t dim) {
 void LookUpExample(const Tables& tables, int64_t b, float* out) {
   for (int64_t t = 0; t < tables.count; ++t) {
     const int64_t dim = tables.dim[t], start = tables.Start(t, b), end = tables.Start(t, b + 1);
-    const float* weight = tables.weight[t];
     float* slot = out + tables.column[t];
     if (tables.mode[t] == kNone) {
       for (int64_t j = start; j < end; ++j, slot += dim) {
@@ -128,7 +141,7 @@ void LookUpExample(const Tables& tables, int64_t b, float* out) {
         if (tables.IsPadding(t, id)) {
           std::memset(slot, 0, sizeof(float) * dim);
         } else {
-          std::memcpy(slot, weight + id * dim, sizeof(float) * dim);
+          std::memcpy(slot, tables.Row(t, j), sizeof(float) * dim);
         }
       }
       continue;
@@ -138,7 +151,7 @@ void LookUpExample(const Tables& tables, int64_t b, float* out) {
     for (int64_t j = start; j < end; ++j) {
       const int64_t id = tables.id[t][j];
       if (tables.IsPadding(t, id)) continue;
-      AddRow(slot, weight + id * dim, dim);
+      AddRow(slot, tables.Row(t, j), dim);
       ++count;
     }
     if (tables.mode[t] == kMean && count > 1) {
@@ -150,6 +163,7 @@ void LookUpExample(const Tables& tables, int64_t b, float* out) {
 
 void PrefetchExample(const Tables& tables, int64_t b) {
   for (int64_t t = 0; t < tables.count; ++t) {
+    if (tables.quantized[t] != nullptr) continue;  // the batch's own rows, just written
     for (int64_t j = tables.Start(t, b); j < tables.Start(t, b + 1); ++j) {
       const int64_t id = tables.id[t][j];
       if (id >= 0 && id < tables.rows[t]) Prefetch(tables.weight[t] + id * tables.dim[t], sizeof(float) * tables.dim[t]);
@@ -165,19 +179,64 @@ float EntryFactor(const Tables& tables, int64_t t, int64_t b) {
   return count > 1 ? 1.0f / static_cast<float>(count) : 1.0f;
 }
 
+// Distinct ids in order of first use, found through an open-addressing hash table.
+class DistinctIds {
+ public:
+  std::vector<int64_t> ids;
+
+  // Room for up to n distinct ids; forgets the ones before.
+  void Reset(int64_t n) {
+    int bits = 1;
+    while ((int64_t{1} << bits) < 2 * n) ++bits;
+    mask_ = (uint64_t{1} << bits) - 1;
+    shift_ = 64 - bits;
+    slots_.assign(uint64_t{1} << bits, -1);
+    ids.clear();
+  }
+
+  // The place of id among the distinct ids, appended when new.
+  int64_t Insert(int64_t id) {
+    uint64_t s = (static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ULL) >> shift_;
+    while (slots_[s] >= 0 && ids[slots_[s]] != id) s = (s + 1) & mask_;
+    if (slots_[s] < 0) {
+      slots_[s] = static_cast<int64_t>(ids.size());
+      ids.push_back(id);
+    }
+    return slots_[s];
+  }
+
+ private:
+  std::vector<int64_t> slots_;
+  uint64_t mask_ = 0;
+  int shift_ = 63;
+};
+
+// A QAT table's batch: its distinct rows fake-quantized once, and the one each entry reads.
+struct QuantizedRows {
+  DistinctIds distinct;
+  std::vector<int64_t> index;
+  std::vector<float> values;
+
+  void Fill(const Tables& tables, int64_t t, int format, int iterations) {
+    const int64_t n = tables.Start(t, tables.batch), dim = tables.dim[t];
+    distinct.Reset(n);
+    index.resize(n);
+    for (int64_t j = 0; j < n; ++j) index[j] = tables.IsPadding(t, tables.id[t][j]) ? 0 : distinct.Insert(tables.id[t][j]);
+    values.resize(distinct.ids.size() * dim);
+    for (size_t u = 0; u < distinct.ids.size(); ++u) {
+      edo::FakeQuantizeRow(tables.weight[t] + distinct.ids[u] * dim, dim, format, iterations, values.data() + u * dim);
+    }
+  }
+};
+
 // The distinct rows of one table's batch with each one's summed gradient, in order of first use.
 struct RowGradients {
-  std::vector<int64_t> slots, distinct;
+  DistinctIds distinct;
   std::vector<float> sums;
 
   void Gather(const Tables& tables, int64_t t, const float* grad) {
-    const int64_t n = tables.Start(t, tables.batch), dim = tables.dim[t];
-    int bits = 1;
-    while ((int64_t{1} << bits) < 2 * n) ++bits;
-    const uint64_t mask = (uint64_t{1} << bits) - 1;
-    const int shift = 64 - bits;
-    slots.assign(uint64_t{1} << bits, -1);
-    distinct.clear();
+    const int64_t dim = tables.dim[t];
+    distinct.Reset(tables.Start(t, tables.batch));
     sums.clear();
     for (int64_t b = 0; b < tables.batch; ++b) {
       const float factor = EntryFactor(tables, t, b);
@@ -185,14 +244,9 @@ struct RowGradients {
       for (int64_t j = tables.Start(t, b); j < tables.Start(t, b + 1); ++j) {
         const int64_t id = tables.id[t][j];
         if (tables.IsPadding(t, id)) continue;
-        uint64_t s = (static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ULL) >> shift;
-        while (slots[s] >= 0 && distinct[slots[s]] != id) s = (s + 1) & mask;
-        if (slots[s] < 0) {
-          slots[s] = static_cast<int64_t>(distinct.size());
-          distinct.push_back(id);
-          sums.resize(sums.size() + dim, 0.0f);
-        }
-        float* sum = sums.data() + slots[s] * dim;
+        const int64_t u = distinct.Insert(id);
+        if (static_cast<int64_t>(sums.size()) < (u + 1) * dim) sums.resize((u + 1) * dim, 0.0f);
+        float* sum = sums.data() + u * dim;
         const float* g = bag_grad + tables.Column(t, b, j);
         if (factor == 1.0f) {
           AddRow(sum, g, dim);
@@ -211,6 +265,15 @@ struct TableRule {
   float* state1;  // Adagrad: [rows, dim]; row-wise Adagrad: [rows]; Adam: first moments [rows, dim]
   float* state2;  // Adam: second moments [rows, dim]
   float* beta_pows;  // Adam: beta1^t, beta2^t, advanced after each step
+
+  // Asks for the row's weights and state ahead of their update.
+  void Prefetch(const float* weight, int64_t row, int64_t dim) const {
+    const size_t bytes = sizeof(float) * dim;
+    ::Prefetch(weight + row * dim, bytes);
+    if (rule == kAdagrad || rule == kAdam) ::Prefetch(state1 + row * dim, bytes);
+    if (rule == kRowwiseAdagrad) ::Prefetch(state1 + row, sizeof(float));
+    if (rule == kAdam) ::Prefetch(state2 + row * dim, bytes);
+  }
 
   void Update(float* p, const float* g, int64_t row, int64_t dim) const {
     if (rule == kSgd) {
@@ -254,12 +317,32 @@ std::vector<paddle::Tensor> CollectionLookup(const std::vector<paddle::Tensor>& 
                                              const std::vector<paddle::Tensor>& ids,
                                              const std::vector<paddle::Tensor>& bounds,
                                              const std::vector<int64_t>& lengths, const std::vector<int>& modes,
-                                             const std::vector<int64_t>& paddings, int64_t batch) {
-  const Tables tables = Describe(weights, ids, bounds, lengths, modes, paddings, batch);
+                                             const std::vector<int64_t>& paddings, int64_t batch,
+                                             const std::vector<int>& fake_formats,
+                                             const std::vector<int>& range_iterations) {
+  Tables tables = Describe(weights, ids, bounds, lengths, modes, paddings, batch);
+  PD_CHECK(static_cast<int64_t>(fake_formats.size()) == tables.count &&
+               static_cast<int64_t>(range_iterations.size()) == tables.count,
+           "one fake format and range iteration count per table");
   const std::string bad = FirstBadId(tables, ids);
   PD_CHECK(bad.empty(), bad);
+  std::vector<int64_t> quantized_tables;
   for (int64_t t = 0; t < tables.count; ++t) {
+    PD_CHECK(fake_formats[t] >= -1 && fake_formats[t] <= edo::kFakeBinary, "table ", t, ": fake format ",
+             fake_formats[t], " is unknown");
+    if (fake_formats[t] >= 0) quantized_tables.push_back(t);
     edo::PlaceTableOnHugePages(tables.weight[t], sizeof(float) * tables.rows[t] * tables.dim[t]);
+  }
+  std::vector<QuantizedRows> quantized(quantized_tables.size());
+  std::atomic<int64_t> next_table{0};  // handed out as the backward's tables are
+#pragma omp parallel if (quantized_tables.size() > 1 && tables.entries > kParallelEntries)
+  for (int64_t q = next_table++; q < static_cast<int64_t>(quantized_tables.size()); q = next_table++) {
+    const int64_t t = quantized_tables[q];
+    quantized[q].Fill(tables, t, fake_formats[t], range_iterations[t]);
+  }
+  for (size_t q = 0; q < quantized_tables.size(); ++q) {
+    tables.quantized[quantized_tables[q]] = quantized[q].values.data();
+    tables.quantized_index[quantized_tables[q]] = quantized[q].index.data();
   }
   paddle::Tensor out = paddle::empty({batch, tables.width}, paddle::DataType::FLOAT32, paddle::CPUPlace());
   float* o = out.data<float>();
@@ -325,13 +408,14 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
     RowGradients rows;  // each thread's scratch, reused from table to table
     for (int64_t t = next_table++; t < count; t = next_table++) {
       rows.Gather(tables, t, g);
-      const int64_t dim = tables.dim[t], n = static_cast<int64_t>(rows.distinct.size());
+      const int64_t dim = tables.dim[t], n = static_cast<int64_t>(rows.distinct.ids.size());
       if (rules[t] == kAdam && tables.Start(t, batch) > 0) {  // Paddle's sparse Adam advances them first
         pows[2 * t] *= beta1s[t];
         pows[2 * t + 1] *= beta2s[t];
       }
       for (int64_t u = 0; u < n; ++u) {
-        const int64_t row = rows.distinct[u];
+        if (u + kPrefetchAhead < n) table_rules[t].Prefetch(tables.weight[t], rows.distinct.ids[u + kPrefetchAhead], dim);
+        const int64_t row = rows.distinct.ids[u];
         table_rules[t].Update(tables.weight[t] + row * dim, rows.sums.data() + u * dim, row, dim);
       }
       distinct_rows[t] = n;
@@ -345,7 +429,9 @@ std::vector<std::vector<int64_t>> CollectionLookupShape(const std::vector<std::v
                                                         const std::vector<std::vector<int64_t>>& bounds,
                                                         const std::vector<int64_t>& lengths,
                                                         const std::vector<int>& modes,
-                                                        const std::vector<int64_t>& paddings, int64_t batch) {
+                                                        const std::vector<int64_t>& paddings, int64_t batch,
+                                                        const std::vector<int>& fake_formats,
+                                                        const std::vector<int>& range_iterations) {
   int64_t width = 0;
   for (size_t t = 0; t < weights.size(); ++t) width += modes[t] == kNone ? lengths[t] * weights[t][1] : weights[t][1];
   return {{batch, width}};
@@ -361,7 +447,7 @@ PD_BUILD_OP(edo_collection_lookup)
     .Inputs({paddle::Vec("Weights"), paddle::Vec("Ids"), paddle::Vec("Bounds")})
     .Outputs({"Out"})
     .Attrs({"lengths: std::vector<int64_t>", "modes: std::vector<int>", "paddings: std::vector<int64_t>",
-            "batch: int64_t"})
+            "batch: int64_t", "fake_formats: std::vector<int>", "range_iterations: std::vector<int>"})
     .SetKernelFn(PD_KERNEL(CollectionLookup))
     .SetInferShapeFn(PD_INFER_SHAPE(CollectionLookupShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(CollectionLookupDtype));

@@ -2,7 +2,7 @@
 // quant/codecs.py's encode and decode operation for operation (the same bits), where the composite ops
 // run some twenty whole-tensor ops over the batch's distinct rows. fp16 / bf16 rows and the row-wise
 // int8 / int4 / int2 formats; ternary and binary scale by a mean, whose summation order is Paddle's own,
-// and stay with the composite ops. The intN rows take their min-max range, or codecs.search_range's
+// and stay with the composite ops there; the table-batched collection takes them from FakeQuantizeRow. The intN rows take their min-max range, or codecs.search_range's
 // (float64 statistics, so the kernel chooses codecs' fp16 parameters); edo_encode_rows packs them, and
 // edo_write_rows writes low_precision training's stochastically rounded rows back into a packed table.
 #include <immintrin.h>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cpu_isa.h"
+#include "fake_quant.h"
 #include "paddle/extension.h"
 
 namespace {
@@ -271,7 +272,46 @@ void CheckRows(const paddle::Tensor& rows) {
            "rows must be float32 [rows, dim] on the CPU");
 }
 
+// codecs.row_digits and decode of the symmetric formats: binary keeps signs at scale mean |w|; ternary
+// keeps the values above 0.7 mean |w|, at the mean of their magnitudes (both scales on the fp16 grid).
+void FakeQuantizeSymmetricRow(const float* row, int64_t dim, bool ternary, float* out) {
+  float sum = 0.0f;
+  for (int64_t j = 0; j < dim; ++j) sum += std::fabs(row[j]);
+  const float mean = sum / static_cast<float>(dim);
+  if (!ternary) {
+    const float scale = RoundToGrid(mean, kHalf);
+    for (int64_t j = 0; j < dim; ++j) out[j] = row[j] >= 0.0f ? scale : -scale;
+    return;
+  }
+  const float threshold = 0.7f * mean;
+  float kept = 0.0f, count = 0.0f;
+  for (int64_t j = 0; j < dim; ++j) {
+    if (std::fabs(row[j]) > threshold) {
+      kept += std::fabs(row[j]);
+      count += 1.0f;
+    }
+  }
+  const float scale = RoundToGrid(kept / std::max(count, 1.0f), kHalf);
+  for (int64_t j = 0; j < dim; ++j) {
+    out[j] = std::fabs(row[j]) > threshold ? (row[j] > 0.0f ? scale : row[j] < 0.0f ? -scale : 0.0f) : 0.0f;
+  }
+}
+
 }  // namespace
+
+void edo::FakeQuantizeRow(const float* row, int64_t dim, int format, int iterations, float* out) {
+  if (format == kFp16 || format == kBf16) {
+    const FloatGrid& grid = format == kFp16 ? kHalf : kBrain;
+    for (int64_t j = 0; j < dim; ++j) out[j] = RoundToGrid(row[j], grid);
+  } else if (format == edo::kFakeTernary || format == edo::kFakeBinary) {
+    FakeQuantizeSymmetricRow(row, dim, format == edo::kFakeTernary, out);
+  } else {
+    const int levels = Levels(format);
+    float scale, bias;
+    RowRange(row, dim, levels, iterations, &scale, &bias);
+    FakeQuantizeIntRow(row, dim, levels, scale, bias, out);
+  }
+}
 
 // rows [R, D] fp32 -> the values serving will return for them once packed, [R, D] fp32.
 // iterations > 0: intN rows on codecs.search_range's grid.
@@ -282,18 +322,8 @@ std::vector<paddle::Tensor> FakeQuantize(const paddle::Tensor& rows, int format,
   paddle::Tensor out = paddle::empty({n, dim}, paddle::DataType::FLOAT32, paddle::CPUPlace());
   const float* x = rows.data<float>();
   float* o = out.data<float>();
-  const int levels = Levels(format);
 #pragma omp parallel for if (n > kParallelRows)
-  for (int64_t r = 0; r < n; ++r) {
-    if (format == kFp16 || format == kBf16) {
-      const FloatGrid& grid = format == kFp16 ? kHalf : kBrain;
-      for (int64_t j = 0; j < dim; ++j) o[r * dim + j] = RoundToGrid(x[r * dim + j], grid);
-    } else {
-      float scale, bias;
-      RowRange(x + r * dim, dim, levels, iterations, &scale, &bias);
-      FakeQuantizeIntRow(x + r * dim, dim, levels, scale, bias, o + r * dim);
-    }
-  }
+  for (int64_t r = 0; r < n; ++r) edo::FakeQuantizeRow(x + r * dim, dim, format, iterations, o + r * dim);
   return {out};
 }
 

@@ -50,6 +50,7 @@ class DeepFM(RecModel):
         self.use_fm = fm
         self.embedding_dim = spec.dim
         frequencies = frequencies or {}
+        self.collected = spec.collection  # a flag, not isinstance: Paddle 3's SOT misreads it on a layer
         self.embeddings = self._tables(spec, "embeddings", frequencies)
         self.first_order = self._tables(spec.with_dim(1), "first_order", frequencies) if first_order else None
         spec.check_table_names(list(self.table_fields()), "DeepFM")
@@ -89,9 +90,12 @@ class DeepFM(RecModel):
 
     def _field_vectors(self, tables: nn.Layer, ids: list[paddle.Tensor]) -> paddle.Tensor:
         """Every field's vector side by side, [B, F x D]."""
-        if isinstance(tables, EmbeddingCollection):
+        if self.collected:
             return tables(ids)
-        return paddle.concat([self._lookup(f, tables[f.name], x) for f, x in zip(self.fields, ids)], axis=-1)
+        vectors = []  # a loop: Paddle 3's SOT loses `self` in a comprehension's closure
+        for field, x in zip(self.fields, ids):
+            vectors.append(self._lookup(field, tables[field.name], x))
+        return paddle.concat(vectors, axis=-1)
 
     def forward(self, inputs: list[paddle.Tensor]) -> paddle.Tensor:
         ids = inputs[:len(self.fields)]

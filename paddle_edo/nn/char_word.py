@@ -12,6 +12,7 @@ import paddle.nn.functional as F
 from ..errors import EdoTypeError, EdoValueError
 from .bag import pooled_lookup
 from .base import CompositeEmbedding, EmbeddingBase, is_count, part_attr
+from .collection import EmbeddingCollection
 from .dense import DenseEmbedding
 from .registry import TableSpec, register_embedding
 from .signature import accepts_old_signature
@@ -47,6 +48,9 @@ class CharWordEmbedding(CompositeEmbedding):
     ``word_dropout``: in training, the share of known words treated as unknown (their [UNK] row in
     word-only mode, their characters alone otherwise), so that the model learns what it will meet for
     words outside the vocabulary; when every training word is in the vocabulary it would never see one.
+
+    Both tables are looked up in one call of an ``EmbeddingCollection`` over them (``batched``; the tables
+    stay this layer's ``words`` and ``chars``), unless the table spec says ``collection: false``.
     """
 
     field_table = False  # two vocabularies: built by the text model, not per id field
@@ -82,6 +86,9 @@ class CharWordEmbedding(CompositeEmbedding):
             self.words = _table(spec, num_embeddings, weight_attr, "words")
         if fusion != "word":
             self.chars = _table(spec, num_chars, weight_attr, "chars")
+        parts = {key: layer for key, layer in (("words", self.words), ("chars", self.chars)) if layer is not None}
+        self.batched = EmbeddingCollection(parts, {"chars": "mean"} if self.chars is not None else "none",
+                                           tables_of=self) if spec.collection else None
         self.gate = nn.Linear(2 * embedding_dim, 1) if fusion == "gate" else None
         self.project = nn.Linear(2 * embedding_dim, embedding_dim) if fusion == "concat" else None
         self.register_buffer("word_chars", None)
@@ -99,13 +106,13 @@ class CharWordEmbedding(CompositeEmbedding):
         if self.training and self.word_dropout > 0:
             dropped = (paddle.rand(word_ids.shape) < self.word_dropout) & (word_ids > UNK_ID)
             word_ids = paddle.where(dropped, paddle.full_like(word_ids, UNK_ID), word_ids)
+        words, chars = self._parts(word_ids, char_ids)
         if self.fusion == "word":
-            return self.words(word_ids)
-        chars = pooled_lookup(self.chars, char_ids, mode="mean", padding_idx=PAD_ID, owner=self.full_name())
+            return words
         if self.fusion == "char":
             return chars
         known = (word_ids > UNK_ID).astype(chars.dtype).unsqueeze(-1)       # 0 for [PAD] and [UNK]
-        words = self.words(word_ids) * known
+        words = words * known
         if self.fusion == "add":
             return words + chars
         if self.fusion == "mean":
@@ -115,6 +122,25 @@ class CharWordEmbedding(CompositeEmbedding):
             return self.project(both)
         gate = F.sigmoid(self.gate(both)) * known                         # unknown words: all characters
         return chars + gate * (words - chars)
+
+    def _parts(self, word_ids: paddle.Tensor, char_ids: paddle.Tensor) -> tuple[paddle.Tensor | None,
+                                                                                paddle.Tensor | None]:
+        """(the words' vectors, their characters' mean vectors), each [..., D] (None for a table this fusion
+        has not): through the collection, every word an example of it, or through each table."""
+        if self.batched is None:
+            words = self.words(word_ids) if self.words is not None else None
+            chars = None if self.chars is None else pooled_lookup(self.chars, char_ids, mode="mean", padding_idx=PAD_ID,
+                                                                  owner=self.full_name())
+            return words, chars
+        ids = {}
+        if self.words is not None:
+            ids["words"] = word_ids.reshape([-1])
+        if self.chars is not None:
+            ids["chars"] = char_ids.reshape([-1, char_ids.shape[-1]])
+        vectors = dict(zip(ids, self.batched(ids, concat=False)))
+        shape = [-1 if n < 0 else n for n in word_ids.shape[1:]]
+        return tuple(None if key not in vectors else vectors[key].reshape([-1, *shape, self.embedding_dim])
+                     for key in ("words", "chars"))
 
     def _chars_of(self, word_ids: paddle.Tensor) -> paddle.Tensor:
         """[..., C] character ids of vocabulary words, from ``word_chars``."""

@@ -2,13 +2,14 @@
 
 Each table stays a layer of its own, under its own name (``embeddings.C1``: what the memory report,
 planner, monitor, export and serving walk), with its own parameters. What the collection adds is the
-batched path: its fp32 ``DenseEmbedding`` tables are read by one native forward kernel into one
-``[batch, width]`` output, and, once a ``TableOptimizer`` is bound (``bind_optimizer``), trained by one
+batched path: its fp32 ``DenseEmbedding`` tables and its ptq / qat tables before ``pack()`` (fp32 output;
+a QAT table's rows fake-quantized in the kernel, each distinct row of a batch once)
+are read by one native forward kernel into one ``[batch, width]`` output, and, once a ``TableOptimizer`` is bound (``bind_optimizer``), trained by one
 backward kernel that sums each distinct row's gradients and applies the optimizer to those rows in
 place, as FBGEMM's table-batched embeddings do: no gradient tensor, no per-table ops, no entry of these
 tables in Paddle's optimizer. The optimizer state lives in the collection (``optimizer_state``).
 
-The other tables (packed, hashed, QR, mixed-dim, cached, clustered, low-precision, on parameter servers)
+The other tables (packed, low-precision, hashed, QR, mixed-dim, cached, clustered, on parameter servers)
 join through their own lookups and train as they do alone; so do all tables where the kernels do not run:
 on an accelerator, in a static program (``full_graph`` to_static, ``jit.save``: a composite program of
 the same results), without the extension.
@@ -28,6 +29,7 @@ from ..optim import TableOptimizer
 from .bag import pooled_lookup
 from .base import EmbeddingBase, int64_ids
 from .dense import DenseEmbedding
+from .quantized import FORMAT_NUMBERS, QuantizedEmbedding
 
 POOLINGS = ("none", "sum", "mean")
 
@@ -42,14 +44,20 @@ class EmbeddingCollection(paddle.nn.Layer):
     skipped) or flat ``[N]`` with ``offsets`` ``[batch]`` (bag starts, pooled). Every table is a paddle_edo
     table; ``pooling`` is one mode for all or one per table name.
 
+    ``tables_of``: a layer that holds the tables as its own sublayers, under the same names (a composite
+    table's parts: ``CharWordEmbedding``'s ``words`` and ``chars``); the collection then only looks them up and
+    trains them, and layers swapped into that layer are the ones it looks up. By default the collection holds
+    them.
+
     Errors: EdoKeyError for a dict of ids that misses a table, EdoValueError for a wrong count of id tensors
     or batch sizes that differ, EdoTypeError for float ids, EdoIndexError naming the table and the id for
     ids out of range.
     """
 
     def __init__(self, tables: Mapping[str, EmbeddingBase], pooling: str | Mapping[str, str] = "none", *,
-                 name: str | None = None) -> None:
+                 tables_of: paddle.nn.Layer | None = None, name: str | None = None) -> None:
         super().__init__(name_scope=name)
+        object.__setattr__(self, "_holder", tables_of)  # not a sublayer: the holder is this collection's parent
         label = type(self).__name__
         if not tables:
             raise EdoValueError(f"{label}: tables is empty; give at least one table by name")
@@ -57,7 +65,11 @@ class EmbeddingCollection(paddle.nn.Layer):
             if not isinstance(table, EmbeddingBase):
                 raise EdoTypeError(f"{label}: table {key!r} is a {type(table).__name__}; tables must be paddle_edo "
                                    f"tables (paddle_edo.nn)")
-            self.add_sublayer(key, table)
+            if tables_of is None:
+                self.add_sublayer(key, table)
+            elif tables_of._sub_layers.get(key) is not table:
+                raise EdoValueError(f"{label}: table {key!r} is not the sublayer {key!r} of tables_of "
+                                    f"({type(tables_of).__name__})")
         self.names = list(tables)
         modes = {key: pooling for key in self.names} if isinstance(pooling, str) else dict(pooling)
         unknown = sorted(set(modes) - set(self.names))
@@ -78,7 +90,7 @@ class EmbeddingCollection(paddle.nn.Layer):
 
     # ------------------------------------------------------------- tables
     def __getitem__(self, key: str) -> EmbeddingBase:
-        return self._sub_layers[key]
+        return (self._sub_layers if self._holder is None else self._holder._sub_layers)[key]
 
     def __len__(self) -> int:
         return len(self.names)
@@ -87,18 +99,19 @@ class EmbeddingCollection(paddle.nn.Layer):
         return list(self.names)
 
     def values(self) -> list[EmbeddingBase]:
-        return [self._sub_layers[key] for key in self.names]
+        return [self[key] for key in self.names]
 
     def items(self) -> list[tuple[str, EmbeddingBase]]:
-        return [(key, self._sub_layers[key]) for key in self.names]
+        return [(key, self[key]) for key in self.names]
 
     def tables(self) -> dict[str, EmbeddingBase]:
         """The tables by name, in order."""
         return dict(self.items())
 
     def fused_tables(self) -> list[str]:
-        """Names of the tables the batched kernels serve: fp32 DenseEmbedding tables."""
-        return [key for key, table in self.tables().items() if type(table) is DenseEmbedding]
+        """Names of the tables the batched kernels serve: fp32 DenseEmbedding tables, and QAT tables with
+        an fp32 master and fp32 output."""
+        return [key for key, table in self.tables().items() if _fused(table)]
 
     # ---------------------------------------------------------- optimizer
     def bind_optimizer(self, optimizer: TableOptimizer) -> list[str]:
@@ -166,7 +179,8 @@ class EmbeddingCollection(paddle.nn.Layer):
         offsets = self._by_table(offsets, "offsets") if offsets is not None else [None] * len(self.names)
         batch = self._batch_size(ids, offsets)
         outputs: list[paddle.Tensor | None] = [None] * len(self.names)
-        fused = [i for i, key in enumerate(self.names) if key in self.fused_tables()] if self._kernels_serve(ids) else []
+        served = set(self.fused_tables())
+        fused = [i for i, key in enumerate(self.names) if key in served] if self._kernels_serve(ids, served) else []
         if fused and batch != 0:
             flat = self._fused_lookup([self.names[i] for i in fused], [ids[i] for i in fused],
                                       [offsets[i] for i in fused], batch)
@@ -251,14 +265,13 @@ class EmbeddingCollection(paddle.nn.Layer):
                              owner=f"{self.full_name()} table '{key}'")
 
     @paddle.jit.not_to_static
-    def _kernels_serve(self, ids: list[paddle.Tensor]) -> bool:
+    def _kernels_serve(self, ids: list[paddle.Tensor], fused: set[str]) -> bool:
         """Whether the batched kernels may serve: dynamic graph on the CPU with the extension at hand; in
         training only with a bound optimizer (else the tables' own lookups give Paddle its gradients)."""
         if not paddle.in_dynamic_mode() or fused_ops() is None:
             return False
         if not all(t.place.is_cpu_place() for t in ids):
             return False
-        fused = self.fused_tables()
         if not fused or not all(self[key].weight.place.is_cpu_place() for key in fused):
             return False
         training = paddle.is_grad_enabled() and not all(self[key].weight.stop_gradient for key in fused)
@@ -287,7 +300,8 @@ class _Plan:
         self.weights = [collection[key].weight for key in keys]
         self.ids, self.bounds, self.lengths, self.modes, self.paddings = [], [], [], [], []
         for key, table_ids, table_offsets in zip(keys, ids, offsets):
-            flat = int64_ids(table_ids).reshape([-1])
+            flat = int64_ids(table_ids)
+            flat = flat if len(flat.shape) == 1 else flat.reshape([-1])
             self.ids.append(flat)
             if table_offsets is None:
                 self.lengths.append(int(np.prod(table_ids.shape[1:])) if len(table_ids.shape) > 1 else 1)
@@ -299,11 +313,16 @@ class _Plan:
             self.modes.append(POOLINGS.index(collection.pooling[key]))
             padding = collection.padding[key]
             self.paddings.append(-1 if padding is None else int(padding))
+        tables = [collection[key] for key in keys]
+        qat = [isinstance(t, QuantizedEmbedding) and t.mode == "qat" for t in tables]
+        self.fake_formats = [FORMAT_NUMBERS[t.format.name] if q else -1 for t, q in zip(tables, qat)]
+        self.range_iterations = [t.range_iterations if q else 0 for t, q in zip(tables, qat)]
 
     def lookup(self) -> paddle.Tensor:
         with paddle.no_grad():
             return fused_ops().edo_collection_lookup(self.weights, self.ids, self.bounds, self.lengths, self.modes,
-                                                     self.paddings, self.batch)
+                                                     self.paddings, self.batch, self.fake_formats,
+                                                     self.range_iterations)
 
     def update(self, grad: paddle.Tensor) -> paddle.Tensor:
         collection = self.collection
@@ -312,7 +331,7 @@ class _Plan:
         states = [collection._states[key] for key in self.keys]  # every fused table, in order (_kernels_serve)
         return fused_ops().edo_collection_update(
             self.weights, [s[0] for s in states], [s[1] for s in states], self.ids, self.bounds,
-            grad.astype("float32"), collection._beta_pows, self.lengths, self.modes, self.paddings, self.batch,
+            grad if grad.dtype == paddle.float32 else grad.astype("float32"), collection._beta_pows, self.lengths, self.modes, self.paddings, self.batch,
             [optimizer.rule] * count, [float(optimizer.learning_rate)] * count, [float(optimizer.epsilon)] * count,
             [float(optimizer.beta1)] * count, [float(optimizer.beta2)] * count)
 
@@ -353,6 +372,16 @@ class _ids_named:
         key = self.keys[int(found.group(1))]
         raise EdoIndexError(f"{self.collection.full_name()} table '{key}': id {found.group(2)} is out of range "
                             f"[0, {found.group(3)})") from None
+
+
+def _fused(table: paddle.nn.Layer) -> bool:
+    """Whether the batched kernels serve ``table``: an fp32 DenseEmbedding, or a ptq / qat table still
+    training its fp32 master with fp32 output (a QAT table's gradient passes straight through to the master,
+    as a dense one's)."""
+    if type(table) is DenseEmbedding:
+        return True
+    return (type(table) is QuantizedEmbedding and table.mode in ("ptq", "qat") and not table.packed
+            and table.output_dtype == "float32")
 
 
 def collections_of(model: paddle.nn.Layer) -> dict[str, EmbeddingCollection]:

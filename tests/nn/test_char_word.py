@@ -64,6 +64,30 @@ def test_known_words_fuse_both_tables():
     assert words["word"].chars is None and words["gate"].words is not None  # one table only where one is used
 
 
+@pytest.mark.parametrize("fusion", ["gate", "word", "char"])
+def test_one_collection_lookup_of_both_tables_equals_each_tables_own(fusion):
+    from paddle_edo.nn.collection import bind_table_optimizer
+    from paddle_edo.optim import TableOptimizer
+    layers = []
+    for collection in (True, False):
+        paddle.seed(4)
+        layers.append(CharWordEmbedding(WORDS, DIM, fusion, num_chars=CHARS, table={"collection": collection}))
+    batched, apart = layers
+    assert batched.batched.keys() == [k for k in ("words", "chars") if getattr(batched, k) is not None]
+    assert apart.batched is None and set(dict(batched.named_parameters())) == set(dict(apart.named_parameters()))
+    np.testing.assert_allclose(run(batched), run(apart), rtol=1e-6, atol=1e-9)
+    trained = bind_table_optimizer(batched, TableOptimizer("sgd", 0.5))  # the tables train in the backward
+    assert {id(p) for p in trained} == {id(t.weight) for t in (batched.words, batched.chars) if t is not None}
+    reference = paddle.optimizer.SGD(0.5, parameters=[t.weight for t in (apart.words, apart.chars) if t is not None])
+    batched(paddle.to_tensor(WORD_IDS), paddle.to_tensor(CHAR_IDS)).sum().backward()
+    apart(paddle.to_tensor(WORD_IDS), paddle.to_tensor(CHAR_IDS)).sum().backward()
+    reference.step()
+    for key in ("words", "chars"):
+        if getattr(batched, key) is not None:  # (rows past the padding row: Paddle's sparse gradient trains it)
+            np.testing.assert_allclose(getattr(batched, key).weight.numpy()[1:], getattr(apart, key).weight.numpy()[1:],
+                                       rtol=1e-6, atol=1e-8)
+
+
 def test_masked_mean_ignores_padding_and_gives_zero_for_none():
     vectors = paddle.to_tensor(np.arange(12, dtype=np.float32).reshape(1, 2, 3, 2))
     mask = paddle.to_tensor(np.array([[[True, True, False], [False, False, False]]]))

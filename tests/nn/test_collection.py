@@ -140,10 +140,46 @@ def test_the_optimizer_state_resumes_exactly():
         load_table_optimizer_state(paddle.nn.LayerList([other]), saved, "test")
 
 
+@pytest.mark.parametrize("storage_format", ["fp16", "bf16", "int8", "int4", "int2", "ternary", "binary"])
+def test_qat_tables_fake_quantize_in_the_kernel_and_train_their_master_as_per_table_layers(storage_format):
+    def qat_tables(seed):
+        paddle.seed(seed)
+        return {"bag": QuantizedEmbedding(300, 12, storage_format, mode="qat", padding_idx=0),
+                "one": QuantizedEmbedding(50, 16, storage_format, mode="qat"), "dense": DenseEmbedding(40, 4),
+                "ptq": QuantizedEmbedding(40, 4, storage_format, mode="ptq")}  # an fp32 master until pack()
+    fused, plain = qat_tables(6), qat_tables(6)
+    collection = EmbeddingCollection(fused, pooling={"bag": "mean"})
+    assert collection.fused_tables() == ["bag", "one", "dense", "ptq"]
+    collection.bind_optimizer(TableOptimizer("sgd", 0.5))
+    reference = paddle_optimizer("sgd", 0.5, [t.weight for t in plain.values()])
+    reference_bags = EmbeddingCollection(plain, pooling={"bag": "mean"})  # each table's own lookup and pooling
+    rng = np.random.default_rng(6)
+    exact = storage_format not in ("ternary", "binary")  # their mean |w| sums in Paddle's order there
+    for _ in range(3):
+        ids = [paddle.to_tensor(rng.integers(0, 300, (32, 6))), paddle.to_tensor(rng.integers(0, 50, 32)),
+               paddle.to_tensor(rng.integers(0, 40, 32)), paddle.to_tensor(rng.integers(0, 40, 32))]
+        out, expected = collection(ids), reference_bags(ids)
+        # the bags' mean: ours scales by 1 / count, the composite pooling divides (within an ulp)
+        np.testing.assert_allclose(out.numpy()[:, :12], expected.numpy()[:, :12], rtol=1e-6, atol=1e-9)
+        if exact:
+            np.testing.assert_array_equal(out.numpy()[:, 12:], expected.numpy()[:, 12:])
+        else:
+            np.testing.assert_allclose(out.numpy()[:, 12:], expected.numpy()[:, 12:], rtol=1e-6, atol=1e-9)
+        assert len(np.unique(out.numpy()[:, 12:28])) < out.shape[0] * 16  # quantized values repeat
+        weights = paddle.to_tensor(rng.standard_normal(out.shape).astype("float32"))
+        (out * weights).sum().backward()
+        (expected * weights).sum().backward()
+        reference.step()
+        reference.clear_grad()
+    for key in ("one", "dense", "ptq"):  # straight-through gradients: the masters train as per-table layers' do
+        np.testing.assert_array_equal(fused[key].weight.numpy(), plain[key].weight.numpy())
+    np.testing.assert_allclose(fused["bag"].weight.numpy()[1:], plain["bag"].weight.numpy()[1:], rtol=1e-6, atol=1e-7)
+
+
 def test_other_tables_join_through_their_own_lookups_and_train_through_paddle():
     paddle.seed(5)
     members = {"dense": DenseEmbedding(30, 4), "hashed": HashEmbedding(1000, 4, 64),
-               "int8": QuantizedEmbedding(40, 4, "int8", mode="qat")}
+               "int8": QuantizedEmbedding(40, 4, "int8", mode="qat").pack()}
     collection = EmbeddingCollection(members)
     assert collection.fused_tables() == ["dense"]
     collection.bind_optimizer(TableOptimizer("sgd", 0.1))

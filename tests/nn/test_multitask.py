@@ -25,15 +25,41 @@ def test_tasks_share_one_table_and_start_from_the_same_vectors():
         MultiTaskEmbedding(50, 4, ["a", "a"], table=table)
 
 
-def test_the_shared_table_is_counted_once():
+@pytest.mark.parametrize("collection", [True, False])
+def test_the_shared_table_is_counted_once(collection):
     fields = [FieldSpec("user", 1000), FieldSpec("item", 500)]
-    model = ClickAndRating(fields, {"type": "dense", "dim": 8})
+    model = ClickAndRating(fields, {"type": "dense", "dim": 8, "collection": collection})
     report = memory_report(model)
     tables = (1000 + 500) * 8 * 4
-    adapters = 2 * 2 * 8 * 8 * 4  # two fields x two tasks x dim^2 floats
-    assert report.held_bytes == report.estimated_bytes == tables + adapters
+    adapters = 2 * 2 * 8 * 8 * 4  # two fields x two tasks x dim^2 floats: the model's (collection) or the tables'
+    assert report.held_bytes == report.estimated_bytes == tables + (0 if collection else adapters)
+    held = model.adapters.parameters() if collection else [p for t in model.embeddings.values() for p in t.adapters.parameters()]
+    assert sum(int(p.size) * 4 for p in held) == adapters
     click, rating = model([paddle.to_tensor([1, 2]), paddle.to_tensor([3, 4])])
     assert click.shape == [2] and rating.shape == [2]
+
+
+def test_one_collection_lookup_gives_the_per_table_models_outputs():
+    fields = [FieldSpec("user", 100), FieldSpec("genres", 20, max_len=4), FieldSpec("item", 50)]
+    paddle.seed(2)
+    batched = ClickAndRating(fields, {"type": "dense", "dim": 8})
+    paddle.seed(2)
+    per_table = ClickAndRating(fields, {"type": "dense", "dim": 8, "collection": False})
+    for task in (0, 1):  # adapters away from the identity
+        weights = np.random.default_rng(task).standard_normal((3, 8, 8)).astype("float32")
+        batched.adapters[task].set_value(weights)
+        for f, w in zip(fields, weights):
+            per_table.embeddings[f.name].adapters[("click", "rating")[task]].weight.set_value(w)
+    per_table.heads.set_state_dict(batched.heads.state_dict())
+    for f in fields:
+        per_table.embeddings[f.name].table.weight.set_value(batched.embeddings[f.name].weight.numpy())
+    rng = np.random.default_rng(3)
+    ids = [paddle.to_tensor(rng.integers(0, 100, 16)), paddle.to_tensor(rng.integers(0, 20, (16, 4))),
+           paddle.to_tensor(rng.integers(0, 50, 16))]
+    ids[1][0] = 0  # a bag of padding only
+    with paddle.no_grad():
+        for got, expected in zip(batched(ids), per_table(ids)):
+            np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_the_engine_trains_both_tasks_from_a_config_and_exports_the_click_head(tmp_path):
