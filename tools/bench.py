@@ -478,7 +478,7 @@ def run_collection(args: argparse.Namespace, out: Path) -> int:
 
     with tempfile.TemporaryDirectory() as folder:
         result = bench_collection.main_collection(args.rows_cap, args.batch, args.dim, args.repeats, args.threads,
-                                                  args.peers, Path(folder))
+                                                  args.peers, Path(folder), engine_rows=args.engine_rows)
     result["settings"].update(malloc=MALLOC, processor=processor_name())
     (out / "collection.json").write_text(json.dumps(result, indent=2))
     table = f"Processor: {result['settings']['processor']}\n\n" + bench_collection.markdown(result)
@@ -774,6 +774,8 @@ def main(argv: list[str] | None = None) -> int:
     collection.add_argument("--dim", type=int, default=16)
     collection.add_argument("--repeats", type=int, default=11)
     collection.add_argument("--threads", type=int, default=2)
+    collection.add_argument("--engine-rows", type=int, default=1_000_000,
+                            help="criteo-synthetic rows the engine trains on, fp32 and the 1 MiB plan (0: skip)")
     collection.add_argument("--peers", default=str(ROOT / ".venv-peers" / "bin" / "python") if (
         ROOT / ".venv-peers" / "bin" / "python").exists() else None,
                             help="a Python with torch and fbgemm-gpu-cpu for the peer rows (`make setup-peers`)")

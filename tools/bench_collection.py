@@ -7,12 +7,19 @@ alone = forward, backward with the given output gradient, and the optimizer; the
 first-order tables, FM, an MLP 256-128 and 13 dense features. Paddle candidates are timed round-robin in
 one process (medians); the peers (FBGEMM's training TBE, a torch DeepFM) run in the peers venv on the
 same ids, right after (tools/bench_collection_peers.py).
+
+The engine's side (``engine_rows`` > 0): ``tools/train.py -c configs/criteo.yaml`` on that many
+``criteo-synthetic`` rows with the tables as collections (the default) and as per-table layers
+(``embedding.collection=false``), and the same two for the plan ``tools/plan.py --budget 1MiB`` writes for
+them; each run twice, alternating, its examples/s the mean of the two and its test AUC the first's.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +35,10 @@ from paddle_edo.nn import DenseEmbedding, EmbeddingCollection
 from paddle_edo.nn.collection import bind_table_optimizer
 from paddle_edo.optim import TableOptimizer
 
+ROOT = Path(__file__).resolve().parent.parent
 DENSE_FEATURES = 13
+ENGINE_RUNS = {"fp32 tables, collection": ("fp32", []), "fp32 tables, per-table layers": ("fp32", ["embedding.collection=false"]),
+               "1 MiB plan, collection": ("plan", []), "1 MiB plan, per-table layers": ("plan", ["embedding.collection=false"])}
 HIDDEN = [256, 128]
 TRAIN = {"learning_rate": 0.001, "embedding_learning_rate": None}
 
@@ -127,8 +137,39 @@ def run_peers(peers: str, folder: Path, rows: dict[str, list[int]], dim: int, id
     return json.loads((folder / "collection_peers.json").read_text())
 
 
+def _tool(args: list[str]) -> str:
+    """A tool's standard output (its errors raised with their last line)."""
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, env={**os.environ, **MALLOC_ENV}, capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        lines = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}").splitlines()
+        raise RuntimeError(f"{' '.join(args[:3])}: {lines[-1]}")
+    return done.stdout
+
+
+def engine_runs(rows: int, folder: Path) -> dict:
+    """Training examples/s and test AUC of ENGINE_RUNS on ``rows`` criteo-synthetic rows (see the module's
+    docstring)."""
+    data, plan = folder / "criteo", folder / "plan1m.yaml"
+    _tool(["tools/get_data.py", "criteo-synthetic", "--rows", str(rows), "--out", str(data)])
+    common = [f"data.files.path={data}", "monitor.enable=false"]
+    _tool(["tools/plan.py", "-c", "configs/criteo.yaml", *[a for o in common for a in ("-o", o)],
+           "-o", f"train.output_dir={folder / 'planning'}", "--budget", "1MiB", "--out", str(plan)])
+    configs = {"fp32": "configs/criteo.yaml", "plan": str(plan)}
+    speeds: dict[str, list[float]] = {name: [] for name in ENGINE_RUNS}
+    aucs: dict[str, float] = {}
+    for repeat in range(2):
+        for name, (config, overrides) in ENGINE_RUNS.items():
+            options = [*common, *overrides, f"train.output_dir={folder / f'run{repeat}'}"]
+            out = _tool(["tools/train.py", "-c", configs[config], *[a for o in options for a in ("-o", o)]])
+            speeds[name].append(float(re.findall(r"([\d,]+) samples/s", out)[-1].replace(",", "")))
+            aucs.setdefault(name, float(re.search(r"test auc ([\d.]+)", out).group(1)))
+    return {"rows": rows, "examples_per_second": {name: float(np.mean(v)) for name, v in speeds.items()},
+            "test_auc": aucs}
+
+
 def main_collection(cap: int, batch: int, dim: int, repeats: int, threads: int, peers: str | None,
-                    folder: Path, seed: int = 0) -> dict:
+                    folder: Path, seed: int = 0, engine_rows: int = 0) -> dict:
     rows = {"26": table_rows(26, cap), "100": table_rows(100, cap // 10)}
     ids = {key: draw_ids(r, batch, 1.1, seed + len(r)) for key, r in rows.items()}
     rng = np.random.default_rng(seed)
@@ -144,6 +185,8 @@ def main_collection(cap: int, batch: int, dim: int, repeats: int, threads: int, 
               "ms": ms}
     if peers:
         result["peers"] = run_peers(peers, folder, rows, dim, ids, dense, labels, repeats, threads)
+    if engine_rows:
+        result["engine"] = engine_runs(engine_rows, folder)
     return result
 
 
@@ -156,4 +199,9 @@ def markdown(result: dict) -> str:
         lines.append(f"| {name} | {value:.1f} | {batch / value * 1e3:,.0f} |")
     if "error" in result.get("peers", {}):
         lines.append(f"\npeers not measured: {result['peers']['error']}")
+    if "engine" in result:
+        engine = result["engine"]
+        lines += ["", f"tools/train.py on {engine['rows']:,} criteo-synthetic rows | examples/s | test AUC", "|---|---|---|"]
+        lines += [f"| {name} | {speed:,.0f} | {engine['test_auc'][name]:.4f} |"
+                  for name, speed in engine["examples_per_second"].items()]
     return "\n".join(lines)
