@@ -138,13 +138,13 @@ def run_peers(peers: str, folder: Path, rows: dict[str, list[int]], dim: int, id
 
 
 def _tool(args: list[str]) -> str:
-    """A tool's standard output (its errors raised with their last line)."""
+    """A tool's standard output and error (where its progress goes), its failure raised with its last line."""
     done = subprocess.run([sys.executable, *args], cwd=ROOT, env={**os.environ, **MALLOC_ENV}, capture_output=True,
                           text=True)
     if done.returncode != 0:
         lines = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}").splitlines()
         raise RuntimeError(f"{' '.join(args[:3])}: {lines[-1]}")
-    return done.stdout
+    return done.stdout + done.stderr
 
 
 def engine_runs(rows: int, folder: Path) -> dict:
