@@ -14,6 +14,8 @@
 // width is a multiple of 8 (then generated AVX code rounds the product, then the difference), and its
 // sparse Adam advances beta1^t and beta2^t before the step, so the first step's bias correction takes t = 2.
 // The padding row is never updated (Paddle's sparse gradients update it, though no lookup ever reads it).
+// Weight decay is L2 on the batch's rows (g + decay * w before the rule), as FBGEMM's L2 mode: Paddle's
+// optimizers add theirs to a sparse gradient densely, so that every row moves every step.
 //
 // A QAT table (fake_formats[t] >= 0) is read through fake quantization: each distinct row of its batch is
 // encoded and decoded once (fake_quant.h), and its entries read those values; its gradient passes straight
@@ -366,14 +368,16 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
                                              int64_t batch, const std::vector<int>& rules,
                                              const std::vector<float>& learning_rates,
                                              const std::vector<float>& epsilons, const std::vector<float>& beta1s,
-                                             const std::vector<float>& beta2s) {
+                                             const std::vector<float>& beta2s,
+                                             const std::vector<float>& weight_decays) {
   const Tables tables = Describe(weights, ids, bounds, lengths, modes, paddings, batch);
   const int64_t count = tables.count;
   PD_CHECK(static_cast<int64_t>(rules.size()) == count && static_cast<int64_t>(learning_rates.size()) == count &&
                static_cast<int64_t>(epsilons.size()) == count && static_cast<int64_t>(beta1s.size()) == count &&
-               static_cast<int64_t>(beta2s.size()) == count && static_cast<int64_t>(states1.size()) == count &&
+               static_cast<int64_t>(beta2s.size()) == count && static_cast<int64_t>(weight_decays.size()) == count &&
+               static_cast<int64_t>(states1.size()) == count &&
                static_cast<int64_t>(states2.size()) == count,
-           "one rule, learning rate, epsilon, beta1, beta2 and two states per table");
+           "one rule, learning rate, epsilon, beta1, beta2, weight decay and two states per table");
   PD_CHECK(grad.is_cpu() && grad.dtype() == paddle::DataType::FLOAT32 && grad.numel() == batch * tables.width,
            "the output gradient must be float32 [", batch, ", ", tables.width, "]");
   PD_CHECK(beta_pows.dtype() == paddle::DataType::FLOAT32 && beta_pows.numel() == 2 * count,
@@ -416,7 +420,12 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
       for (int64_t u = 0; u < n; ++u) {
         if (u + kPrefetchAhead < n) table_rules[t].Prefetch(tables.weight[t], rows.distinct.ids[u + kPrefetchAhead], dim);
         const int64_t row = rows.distinct.ids[u];
-        table_rules[t].Update(tables.weight[t] + row * dim, rows.sums.data() + u * dim, row, dim);
+        float* weight = tables.weight[t] + row * dim;
+        float* sum = rows.sums.data() + u * dim;
+        if (weight_decays[t] != 0.0f) {
+          for (int64_t d = 0; d < dim; ++d) sum[d] += weight_decays[t] * weight[d];
+        }
+        table_rules[t].Update(weight, sum, row, dim);
       }
       distinct_rows[t] = n;
     }
@@ -458,5 +467,6 @@ PD_BUILD_OP(edo_collection_update)
     .Outputs({"Touched"})
     .Attrs({"lengths: std::vector<int64_t>", "modes: std::vector<int>", "paddings: std::vector<int64_t>",
             "batch: int64_t", "rules: std::vector<int>", "learning_rates: std::vector<float>",
-            "epsilons: std::vector<float>", "beta1s: std::vector<float>", "beta2s: std::vector<float>"})
+            "epsilons: std::vector<float>", "beta1s: std::vector<float>", "beta2s: std::vector<float>",
+            "weight_decays: std::vector<float>"})
     .SetKernelFn(PD_KERNEL(CollectionUpdate));

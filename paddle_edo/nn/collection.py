@@ -333,7 +333,7 @@ class _Plan:
             self.weights, [s[0] for s in states], [s[1] for s in states], self.ids, self.bounds,
             grad if grad.dtype == paddle.float32 else grad.astype("float32"), collection._beta_pows, self.lengths, self.modes, self.paddings, self.batch,
             [optimizer.rule] * count, [float(optimizer.learning_rate)] * count, [float(optimizer.epsilon)] * count,
-            [float(optimizer.beta1)] * count, [float(optimizer.beta2)] * count)
+            [float(optimizer.beta1)] * count, [float(optimizer.beta2)] * count, [float(optimizer.weight_decay)] * count)
 
 
 class _FusedTraining(paddle.autograd.PyLayer):

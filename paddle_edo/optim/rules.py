@@ -17,19 +17,26 @@ DEFAULT_EPSILON = {"sgd": 0.0, "adagrad": 1e-6, "rowwise_adagrad": 1e-8, "adam":
 @dataclass(frozen=True)
 class TableOptimizer:
     """One table's rule and hyper-parameters. Adam is lazy (only the batch's rows move, with one step
-    count per table); Adagrad's accumulators start at 0."""
+    count per table); Adagrad's accumulators start at 0.
+
+    ``weight_decay``: L2 on the batch's rows, ``g + weight_decay * w`` before the rule (FBGEMM's
+    ``WeightDecayMode.L2``), so that it stays sparse. Paddle's optimizers given ``weight_decay`` add it to a
+    sparse gradient densely: every row of the table decays (and, with Adam, moves) every step."""
 
     name: str
     learning_rate: float
     epsilon: float | None = None
     beta1: float = 0.9
     beta2: float = 0.999
+    weight_decay: float = 0.0
 
     def __post_init__(self) -> None:
         if self.name not in FUSED_RULES:
             raise EdoValueError(f"table optimizer {self.name!r} is not fused; fused: {', '.join(FUSED_RULES)}")
         if not self.learning_rate >= 0:
             raise EdoValueError(f"table optimizer {self.name}: learning_rate = {self.learning_rate} must be >= 0")
+        if not self.weight_decay >= 0:
+            raise EdoValueError(f"table optimizer {self.name}: weight_decay = {self.weight_decay} must be >= 0")
         if self.epsilon is None:
             object.__setattr__(self, "epsilon", DEFAULT_EPSILON[self.name])
 
@@ -51,7 +58,7 @@ class TableOptimizer:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "learning_rate": self.learning_rate, "epsilon": self.epsilon,
-                "beta1": self.beta1, "beta2": self.beta2}
+                "beta1": self.beta1, "beta2": self.beta2, "weight_decay": self.weight_decay}
 
 
 def _count(shape: list[int]) -> int:

@@ -54,6 +54,41 @@ def test_the_fused_step_equals_per_table_layers_with_paddles_optimizer_bit_for_b
         assert fused[key].weight.grad is None  # no gradient tensor: the rows were updated in the backward
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
+def test_weight_decay_is_l2_on_the_batchs_rows_only(optimizer):
+    fused, plain = tables(padding_idx=None), tables(padding_idx=None)
+    start = {key: table.weight.numpy().copy() for key, table in fused.items()}
+    collection = EmbeddingCollection(fused)
+    collection.bind_optimizer(TableOptimizer(optimizer, 0.05, weight_decay=0.3))
+    reference = paddle_optimizer(optimizer, 0.05, [t.weight for t in plain.values()])
+    rng = np.random.default_rng(7)
+    touched = {key: set() for key in fused}
+    for ids in batches(rng, 3):
+        out = collection(ids)
+        weights = paddle.to_tensor(rng.standard_normal(out.shape).astype("float32"))
+        (out * weights).sum().backward()
+        # Paddle's rule given g + 0.3 w on the batch's rows: each distinct row looked up once more with an
+        # output gradient of 0.3 w (Paddle's own weight_decay would decay every row)
+        loss = (paddle.concat([plain[k](x) for k, x in zip(plain, ids)], axis=1) * weights).sum()
+        for key, x in zip(plain, ids):
+            distinct = np.unique(x.numpy())
+            touched[key].update(distinct.tolist())
+            decay = paddle.to_tensor(np.float32(0.3) * plain[key].weight.numpy()[distinct])
+            loss = loss + (plain[key](paddle.to_tensor(distinct)) * decay).sum()
+        loss.backward()
+        reference.step()
+        reference.clear_grad()
+    for key in fused:
+        untouched = np.setdiff1d(np.arange(start[key].shape[0]), sorted(touched[key]))
+        np.testing.assert_array_equal(fused[key].weight.numpy()[untouched], start[key][untouched])
+        np.testing.assert_allclose(fused[key].weight.numpy(), plain[key].weight.numpy(), rtol=1e-6, atol=1e-8)
+
+
+def test_a_table_optimizer_refuses_a_negative_weight_decay():
+    with pytest.raises(EdoValueError, match="weight_decay = -0.1 must be >= 0"):
+        TableOptimizer("adam", 0.01, weight_decay=-0.1)
+
+
 @pytest.mark.parametrize("mode", ["sum", "mean"])
 def test_pooled_bags_skip_padding_and_train_as_pooled_lookups(mode):
     fused, plain = tables(), tables()
