@@ -356,7 +356,8 @@ class Engine:
         return self.model.create_metrics(labels, probabilities, regressions, truths)
 
     def memory_report(self):
-        return memory_report(self.model)
+        """The model's tables, with the optimizer state training keeps for them."""
+        return memory_report(self.model, self.optimizer)
 
     def cache_statistics(self) -> dict[str, dict[str, float]]:
         """Counters of each cached table (hits, misses, evictions, bytes moved), by table name."""

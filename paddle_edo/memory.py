@@ -1,5 +1,5 @@
-"""Memory report: per embedding table, bytes by formula beside bytes actually held by its tensors, and
-what the process holds beside them."""
+"""Memory report: per embedding table, bytes by formula beside bytes actually held by its tensors, the
+same for the optimizer state training keeps for it, and what the process holds beside them."""
 from __future__ import annotations
 
 import os
@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass
 import paddle
 
 from .nn.base import EmbeddingBase, dtype_name, embedding_layers
+from .nn.collection import collections_of
+from .errors import EdoValueError
 from .runtime import gpu_available
 
 
@@ -54,6 +56,9 @@ class TableMemory:
     host_bytes: int = 0  # a cached table's full copy in host RAM or files, beside the device bytes
     note: str = ""       # e.g. why a table the config caches stayed resident
     error: float | None = None  # packed rows' mean relative L2 error against the trained fp32 rows
+    optimizer: str = ""              # the rule that trains it ("adam", "rowwise_adagrad (fused)"), if any
+    optimizer_estimated_bytes: int = 0  # its state for this table, by formula
+    optimizer_held_bytes: int = 0       # and as held (Paddle's optimizers create theirs at the first step)
 
 
 @dataclass(frozen=True)
@@ -73,27 +78,43 @@ class MemoryReport:
     def host_bytes(self) -> int:
         return sum(t.host_bytes for t in self.tables)
 
+    @property
+    def optimizer_estimated_bytes(self) -> int:
+        return sum(t.optimizer_estimated_bytes for t in self.tables)
+
+    @property
+    def optimizer_held_bytes(self) -> int:
+        return sum(t.optimizer_held_bytes for t in self.tables)
+
     def to_dict(self) -> dict:
         return {"tables": [asdict(t) for t in self.tables], "estimated_bytes": self.estimated_bytes,
                 "held_bytes": self.held_bytes, "host_bytes": self.host_bytes,
+                "optimizer_estimated_bytes": self.optimizer_estimated_bytes,
+                "optimizer_held_bytes": self.optimizer_held_bytes,
                 "process": None if self.process is None else asdict(self.process)}
 
     def __str__(self) -> str:
         host = self.host_bytes > 0  # a column for cached tables' host copies, when there are any
         error = any(t.error is not None for t in self.tables)  # and for packed tables' errors
+        trained = any(t.optimizer for t in self.tables)  # and for optimizer state, when an optimizer was given
         header = (("table", "type", "rows", "dim", "dtype", "estimated", "held") + (("host",) if host else ())
-                  + (("error",) if error else ()))
+                  + (("error",) if error else ()) + (("optimizer", "state estimated", "state held") if trained else ()))
         rows = [(t.name, t.kind, str(t.rows), str(t.dim), t.dtype, format_bytes(t.estimated_bytes),
                  format_bytes(t.held_bytes)) + ((format_bytes(t.host_bytes),) if host else ())
-                + (("" if t.error is None else f"{t.error:.4f}",) if error else ()) for t in self.tables]
+                + (("" if t.error is None else f"{t.error:.4f}",) if error else ())
+                + ((t.optimizer, format_bytes(t.optimizer_estimated_bytes), format_bytes(t.optimizer_held_bytes))
+                   if trained else ()) for t in self.tables]
         rows.append(("total", "", "", "", "", format_bytes(self.estimated_bytes), format_bytes(self.held_bytes))
-                    + ((format_bytes(self.host_bytes),) if host else ()) + (("",) if error else ()))
-        lines = text_table(header, rows, left=(0, 1, 4))
+                    + ((format_bytes(self.host_bytes),) if host else ()) + (("",) if error else ())
+                    + (("", format_bytes(self.optimizer_estimated_bytes), format_bytes(self.optimizer_held_bytes))
+                       if trained else ()))
+        left = (0, 1, 4) + ((len(header) - 3,) if trained else ())
+        lines = text_table(header, rows, left=left)
         lines.extend(f"{t.name}: {t.note}" for t in self.tables if t.note)
         if error:
             lines.append("error: packed rows' mean relative L2 error against the trained fp32 rows")
         if self.process is not None:
-            lines.append(process_line(self.process, self.held_bytes))
+            lines.append(process_line(self.process, self.held_bytes, self.optimizer_held_bytes))
         return "\n".join(lines)
 
 
@@ -108,11 +129,12 @@ def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], left: tuple
     return lines
 
 
-def process_line(process: ProcessMemory, held: int) -> str:
-    """What the process holds beside the tables, in one line."""
-    beside = process.resident_bytes - process.baseline_resident_bytes - held
+def process_line(process: ProcessMemory, held: int, optimizer_held: int = 0) -> str:
+    """What the process holds beside the tables (and their optimizer state), in one line."""
+    beside = process.resident_bytes - process.baseline_resident_bytes - held - optimizer_held
+    state = f"their optimizer state {format_bytes(optimizer_held)} + " if optimizer_held else ""
     line = (f"process: {format_bytes(process.resident_bytes)} resident = the overhead at import "
-            f"{format_bytes(process.baseline_resident_bytes)} + tables {format_bytes(held)} + "
+            f"{format_bytes(process.baseline_resident_bytes)} + tables {format_bytes(held)} + {state}"
             f"{format_bytes(max(beside, 0)) if beside >= 0 else '-' + format_bytes(-beside)} else")
     if process.device_reserved_bytes:
         line += (f"; GPU {format_bytes(process.device_allocated_bytes)} allocated, "
@@ -142,9 +164,25 @@ def held_bytes(layer: paddle.nn.Layer) -> int:
     return total
 
 
-def memory_report(model: paddle.nn.Layer) -> MemoryReport:
+# Paddle's optimizers by class name: (state tensors shaped like each parameter, state tensors of one value)
+PADDLE_STATES = {"SGD": (0, 0), "Adagrad": (1, 0), "Momentum": (1, 0), "RMSProp": (3, 0), "Adam": (2, 2),
+                 "AdamW": (2, 2), "Lamb": (2, 2)}
+
+
+def memory_report(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer | None = None) -> MemoryReport:
     """One row per embedding table (the estimate is the layer's formula, held is what its tensors take,
-    error a packed table's), and what the process holds now."""
+    error a packed table's), and what the process holds now. The optimizer state training keeps for each
+    table (estimated by the rule's formula, held as its tensors are) is counted for the rule a model's
+    collections fuse (``TableOptimizer``) and for ``optimizer``, Paddle's optimizer of the other
+    parameters (its state appears at its first step: held 0 before). A low_precision table's row state is
+    a buffer of the table, counted in its own bytes; a cached table's rows keep theirs in the host store
+    (its host bytes), its device cache's in ``optimizer``. An optimizer class outside PADDLE_STATES is refused
+    (EdoValueError names it)."""
+    if optimizer is not None and type(optimizer).__name__ not in PADDLE_STATES:
+        raise EdoValueError(f"memory_report: optimizer {type(optimizer).__name__} has no state formula; known: "
+                            f"{', '.join(PADDLE_STATES)}")
+    fused = {id(collection[key].weight): (collection, key) for collection in collections_of(model).values()
+             for key in collection.trained_tables()}
     tables = []
     for name, layer in embedding_layers(model):
         if isinstance(layer, EmbeddingBase):
@@ -157,6 +195,36 @@ def memory_report(model: paddle.nn.Layer) -> MemoryReport:
         host = layer.host_bytes() if callable(getattr(layer, "host_bytes", None)) else 0
         note = layer.report_note if isinstance(layer, EmbeddingBase) else ""
         error = layer.packing_error if isinstance(layer, EmbeddingBase) else None
+        rule, state_estimate, state_held = _optimizer_state(layer, fused, optimizer)
         tables.append(TableMemory(name or type(layer).__name__, kind, rows, dim, dtype, estimate, held_bytes(layer),
-                                  host, note, error))
+                                  host, note, error, rule, state_estimate, state_held))
     return MemoryReport(tables, process_memory())
+
+
+def _optimizer_state(layer: paddle.nn.Layer, fused: dict, optimizer: paddle.optimizer.Optimizer | None
+                     ) -> tuple[str, int, int]:
+    """(rule, estimated bytes, held bytes) of the optimizer state kept for a table's parameters."""
+    rules, estimate, held = [], 0, 0
+    for parameter in layer.parameters():
+        if id(parameter) in fused:
+            collection, key = fused[id(parameter)]
+            rows, dim = parameter.shape
+            rules.append(f"{collection.optimizer.name} (fused)")
+            estimate += collection.optimizer.state_bytes(rows, dim)
+            held += collection.state_held_bytes(key)
+        elif optimizer is not None and not parameter.stop_gradient and _trains(optimizer, parameter):
+            per_value, single = PADDLE_STATES[type(optimizer).__name__]
+            rules.append(type(optimizer).__name__.lower())
+            estimate += (per_value * int(parameter.size) + single) * parameter.element_size()
+            held += sum(tensor_bytes(states[parameter.name]) for states in optimizer._accumulators.values()
+                        if parameter.name in states)
+    return " + ".join(dict.fromkeys(rules)), estimate, held
+
+
+def _trains(optimizer: paddle.optimizer.Optimizer, parameter: paddle.Tensor) -> bool:
+    """Whether ``optimizer`` was given ``parameter`` (alone or in a parameter group)."""
+    for entry in optimizer._parameter_list or []:
+        group = entry["params"] if isinstance(entry, dict) else [entry]
+        if any(p is parameter for p in group):
+            return True
+    return False

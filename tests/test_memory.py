@@ -1,11 +1,16 @@
 import numpy as np
 import paddle
+import pytest
 
+from nn.layer_zoo import LAYERS
 from paddle_edo import memory_report
 from paddle_edo.data import FieldSpec
 from paddle_edo.memory import held_bytes
 from paddle_edo.models import DeepFM
 from paddle_edo.nn import DenseEmbedding
+from paddle_edo.nn.cached import bind_optimizer
+from paddle_edo.nn.collection import bind_table_optimizer
+from paddle_edo.optim import TableOptimizer
 
 
 def state_bytes(layer):
@@ -59,3 +64,73 @@ def test_the_report_says_what_the_process_holds_beside_the_tables():
     line = str(report).splitlines()[-1]
     assert line.startswith("process: ") and "resident = the overhead at import" in line and "tables 62.50 KiB" in line
     assert report.to_dict()["process"]["resident_bytes"] == process.resident_bytes
+
+
+PADDLE_OPTIMIZERS = {"SGD": paddle.optimizer.SGD, "Adagrad": paddle.optimizer.Adagrad,
+                     "Momentum": paddle.optimizer.Momentum, "RMSProp": paddle.optimizer.RMSProp,
+                     "Adam": lambda lr, parameters: paddle.optimizer.Adam(lr, parameters=parameters, lazy_mode=True),
+                     "AdamW": paddle.optimizer.AdamW, "Lamb": paddle.optimizer.Lamb}
+SPARSE = ("SGD", "Adagrad", "Momentum", "RMSProp", "Adam")  # AdamW and Lamb stop the process on a sparse gradient
+CACHED = ("SGD", "Adagrad", "Adam")  # the rules a cache keeps row state for
+
+
+def trained_report(layer, optimizer):
+    """(the report before a step, after one) of a model of one table trained by ``optimizer``."""
+    model = paddle.nn.LayerDict({"table": layer})
+    trained = [p for p in model.parameters() if not p.stop_gradient]
+    paddle_optimizer = PADDLE_OPTIMIZERS[optimizer](0.01, parameters=trained)
+    bind_optimizer(model, paddle_optimizer)  # a cached table's rows carry the optimizer's row state
+    before = memory_report(model, paddle_optimizer).tables[0]
+    layer(paddle.to_tensor(np.arange(1, 40))).sum().backward()
+    paddle_optimizer.step()
+    return before, memory_report(model, paddle_optimizer).tables[0], trained
+
+
+@pytest.mark.parametrize("optimizer", SPARSE)
+@pytest.mark.parametrize("kind", sorted(k for k in LAYERS if k not in ("quantized_low_precision", "quantized_packed")))
+def test_the_optimizer_state_of_every_table_type_is_estimated_to_the_byte(kind, optimizer):
+    from paddle_edo.memory import PADDLE_STATES
+    if kind == "cached" and optimizer not in CACHED:
+        pytest.skip("a cache refuses it")
+    paddle.seed(0)
+    before, table, trained = trained_report(LAYERS[kind](), optimizer)
+    assert before.optimizer == optimizer.lower()
+    assert before.optimizer_held_bytes == 0 or kind == "cached"  # Paddle's is made at the first step, a cache's at bind
+    assert table.optimizer_estimated_bytes == table.optimizer_held_bytes == before.optimizer_estimated_bytes
+    per_value, single = PADDLE_STATES[optimizer]
+    assert table.optimizer_held_bytes == sum(per_value * int(p.size) * 4 + single * 4 for p in trained) > 0 or (
+        optimizer == "SGD" and table.optimizer_held_bytes == 0)
+
+
+@pytest.mark.parametrize("optimizer", sorted(set(PADDLE_OPTIMIZERS) - set(SPARSE)))
+def test_optimizers_of_dense_gradients_are_estimated_too(optimizer):
+    before, table, _ = trained_report(DenseEmbedding(50, 4, sparse=False), optimizer)
+    assert table.optimizer_estimated_bytes == table.optimizer_held_bytes == 50 * 4 * 4 * 2 + 8
+
+
+def test_packed_and_low_precision_tables_keep_no_optimizer_state_of_paddles():
+    report = memory_report(paddle.nn.LayerDict({k: LAYERS[k]() for k in ("quantized_packed", "quantized_low_precision")}),
+                           paddle.optimizer.SGD(0.1, parameters=[paddle.create_parameter([1], "float32")]))
+    assert [(t.optimizer, t.optimizer_held_bytes) for t in report.tables] == [("", 0), ("", 0)]
+    with pytest.raises(Exception, match="optimizer Adadelta has no state formula"):
+        memory_report(paddle.nn.LayerDict({"t": DenseEmbedding(5, 2)}),
+                      paddle.optimizer.Adadelta(0.1, parameters=[paddle.create_parameter([1], "float32")]))
+
+
+@pytest.mark.parametrize("rule", ["sgd", "adagrad", "rowwise_adagrad", "adam", "rowwise_adam"])
+def test_a_collections_fused_state_is_counted_for_each_of_its_tables(rule):
+    fields = [FieldSpec("user", 1000), FieldSpec("item", 300)]
+    model = DeepFM(fields, {"type": "dense", "dim": 8}, hidden_units=[8])
+    fused = bind_table_optimizer(model, TableOptimizer(rule, 0.01))
+    dense = paddle.optimizer.Adam(0.01, parameters=[p for p in model.parameters() if all(p is not f for f in fused)])
+    report = memory_report(model, dense)
+    counts = 8 if rule in ("adam", "rowwise_adam") else 0
+    for table in report.tables:
+        dim = 8 if table.name.startswith("embeddings") else 1
+        per_row_bytes = 4 * ({"sgd": 0, "adagrad": dim, "rowwise_adagrad": 1, "adam": 2 * dim, "rowwise_adam": dim + 1}[rule])
+        assert table.optimizer == f"{rule} (fused)"
+        assert table.optimizer_estimated_bytes == table.optimizer_held_bytes == table.rows * per_row_bytes + counts
+    assert report.optimizer_held_bytes == sum(t.optimizer_held_bytes for t in report.tables)
+    text = str(report)
+    assert "state estimated" in text and f"{rule} (fused)" in text
+    assert ("their optimizer state" in text) == (rule != "sgd")

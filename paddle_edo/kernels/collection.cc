@@ -9,7 +9,9 @@
 // The backward sums each distinct row's gradients in the order its entries come (the order Paddle's
 // embedding gradient accumulates them), then updates the row with the table's rule, exactly as Paddle's
 // sparse optimizers update a row of merged gradient: SGD, Adagrad (per value), row-wise Adagrad (one
-// accumulator per row, FBGEMM's EXACT_ROWWISE_ADAGRAD) and lazy Adam. Two of Paddle's ways are kept so that a
+// accumulator per row, FBGEMM's EXACT_ROWWISE_ADAGRAD), lazy Adam, and row-wise Adam (FBGEMM's
+// PARTIAL_ROWWISE_ADAM: the first moment per value, or none with beta1 = 0; the second moment per row, the
+// mean of the row's squared gradient; bias-corrected from t = 1). Two of Paddle's ways are kept so that a
 // fused table trains as a per-table one: its CPU SGD rounds p - lr * g once (a fused multiply-add) unless the
 // width is a multiple of 8 (then generated AVX code rounds the product, then the difference), and its
 // sparse Adam advances beta1^t and beta2^t before the step, so the first step's bias correction takes t = 2.
@@ -37,7 +39,14 @@
 namespace {
 
 enum Pooling { kNone = 0, kSum = 1, kMean = 2 };
-enum Rule { kSgd = 0, kAdagrad = 1, kRowwiseAdagrad = 2, kAdam = 3 };
+enum Rule { kSgd = 0, kAdagrad = 1, kRowwiseAdagrad = 2, kAdam = 3, kRowwiseAdam = 4 };
+
+// beta1^t and beta2^t one step on. Paddle's sparse Adam advances them before its step (so its first step
+// corrects with t = 2), and the fused Adam keeps that; row-wise Adam, which has no Paddle twin, after.
+void AdvanceStepCounts(float* pows, float beta1, float beta2) {
+  pows[0] *= beta1;
+  pows[1] *= beta2;
+}
 
 constexpr int64_t kPrefetchAhead = 4;      // examples ahead whose rows the forward asks for
 constexpr int64_t kParallelEntries = 4096;  // below this many entries in all, threads cost more than they save
@@ -264,8 +273,8 @@ struct RowGradients {
 struct TableRule {
   int rule;
   float learning_rate, epsilon, beta1, beta2;
-  float* state1;  // Adagrad: [rows, dim]; row-wise Adagrad: [rows]; Adam: first moments [rows, dim]
-  float* state2;  // Adam: second moments [rows, dim]
+  float* state1;  // Adagrad: [rows, dim]; row-wise Adagrad: [rows]; (row-wise) Adam: first moments [rows, dim]
+  float* state2;  // Adam: second moments [rows, dim]; row-wise Adam: [rows]
   float* beta_pows;  // Adam: beta1^t, beta2^t, advanced after each step
 
   // Asks for the row's weights and state ahead of their update.
@@ -275,6 +284,10 @@ struct TableRule {
     if (rule == kAdagrad || rule == kAdam) ::Prefetch(state1 + row * dim, bytes);
     if (rule == kRowwiseAdagrad) ::Prefetch(state1 + row, sizeof(float));
     if (rule == kAdam) ::Prefetch(state2 + row * dim, bytes);
+    if (rule == kRowwiseAdam) {
+      if (beta1 != 0.0f) ::Prefetch(state1 + row * dim, bytes);
+      ::Prefetch(state2 + row, sizeof(float));
+    }
   }
 
   void Update(float* p, const float* g, int64_t row, int64_t dim) const {
@@ -296,6 +309,22 @@ struct TableRule {
       state1[row] = state1[row] + squares / static_cast<float>(dim);
       const float denominator = std::sqrt(state1[row]) + epsilon;
       for (int64_t d = 0; d < dim; ++d) p[d] = p[d] - learning_rate * g[d] / denominator;
+    } else if (rule == kRowwiseAdam) {
+      float squares = 0.0f;
+      for (int64_t d = 0; d < dim; ++d) squares += g[d] * g[d];
+      state2[row] = beta2 * state2[row] + (1 - beta2) * (squares / static_cast<float>(dim));
+      const float beta1_pow = beta_pows[0], beta2_pow = beta_pows[1];
+      const float lr = learning_rate * (std::sqrt(1 - beta2_pow) / (1 - beta1_pow));
+      const float denominator = std::sqrt(state2[row]) + epsilon * std::sqrt(1 - beta2_pow);
+      if (beta1 == 0.0f) {
+        for (int64_t d = 0; d < dim; ++d) p[d] = p[d] - lr * (g[d] / denominator);
+      } else {
+        float* m1 = state1 + row * dim;
+        for (int64_t d = 0; d < dim; ++d) {
+          m1[d] = beta1 * m1[d] + (1 - beta1) * g[d];
+          p[d] = p[d] - lr * (m1[d] / denominator);
+        }
+      }
     } else {
       float* m1 = state1 + row * dim;
       float* m2 = state2 + row * dim;
@@ -311,7 +340,6 @@ struct TableRule {
   }
 };
 
-int RuleStates(int rule) { return rule == kAdam ? 2 : rule == kSgd ? 0 : 1; }
 
 }  // namespace
 
@@ -385,16 +413,17 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
   float* pows = const_cast<float*>(beta_pows.data<float>());
   std::vector<TableRule> table_rules(count);
   for (int64_t t = 0; t < count; ++t) {
-    PD_CHECK(rules[t] >= kSgd && rules[t] <= kAdam, "table ", t, ": rule ", rules[t], " is unknown");
+    PD_CHECK(rules[t] >= kSgd && rules[t] <= kRowwiseAdam, "table ", t, ": rule ", rules[t], " is unknown");
     const int64_t rows = tables.rows[t], dim = tables.dim[t];
-    const int64_t want1 = rules[t] == kSgd ? 0 : rules[t] == kRowwiseAdagrad ? rows : rows * dim;
-    const int64_t want2 = rules[t] == kAdam ? rows * dim : 0;
+    const bool momentum = rules[t] != kRowwiseAdam || beta1s[t] != 0.0f;
+    const int64_t want1 = rules[t] == kSgd || !momentum ? 0 : rules[t] == kRowwiseAdagrad ? rows : rows * dim;
+    const int64_t want2 = rules[t] == kAdam ? rows * dim : rules[t] == kRowwiseAdam ? rows : 0;
     PD_CHECK(states1[t].dtype() == paddle::DataType::FLOAT32 && states2[t].dtype() == paddle::DataType::FLOAT32,
              "table ", t, ": optimizer states must be float32");
-    PD_CHECK(RuleStates(rules[t]) < 1 || states1[t].numel() == want1, "table ", t, ": state 1 holds ",
-             states1[t].numel(), " values, the rule needs ", want1);
-    PD_CHECK(RuleStates(rules[t]) < 2 || states2[t].numel() == want2, "table ", t, ": state 2 holds ",
-             states2[t].numel(), " values, the rule needs ", want2);
+    PD_CHECK(want1 == 0 || states1[t].numel() == want1, "table ", t, ": state 1 holds ", states1[t].numel(),
+             " values, the rule needs ", want1);
+    PD_CHECK(want2 == 0 || states2[t].numel() == want2, "table ", t, ": state 2 holds ", states2[t].numel(),
+             " values, the rule needs ", want2);
     table_rules[t] = {rules[t], learning_rates[t], epsilons[t], beta1s[t], beta2s[t],
                       const_cast<float*>(states1[t].data<float>()), const_cast<float*>(states2[t].data<float>()),
                       pows + 2 * t};
@@ -413,10 +442,8 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
     for (int64_t t = next_table++; t < count; t = next_table++) {
       rows.Gather(tables, t, g);
       const int64_t dim = tables.dim[t], n = static_cast<int64_t>(rows.distinct.ids.size());
-      if (rules[t] == kAdam && tables.Start(t, batch) > 0) {  // Paddle's sparse Adam advances them first
-        pows[2 * t] *= beta1s[t];
-        pows[2 * t + 1] *= beta2s[t];
-      }
+      const bool steps = tables.Start(t, batch) > 0;
+      if (rules[t] == kAdam && steps) AdvanceStepCounts(pows + 2 * t, beta1s[t], beta2s[t]);  // as Paddle's: first
       for (int64_t u = 0; u < n; ++u) {
         if (u + kPrefetchAhead < n) table_rules[t].Prefetch(tables.weight[t], rows.distinct.ids[u + kPrefetchAhead], dim);
         const int64_t row = rows.distinct.ids[u];
@@ -427,6 +454,7 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
         }
         table_rules[t].Update(weight, sum, row, dim);
       }
+      if (rules[t] == kRowwiseAdam && steps) AdvanceStepCounts(pows + 2 * t, beta1s[t], beta2s[t]);
       distinct_rows[t] = n;
     }
   }

@@ -131,19 +131,30 @@ class EmbeddingCollection(paddle.nn.Layer):
         self._beta_pows = paddle.to_tensor(np.array(pows, dtype=np.float32).reshape([-1, 2]))
         return list(self._states)
 
+    def trained_tables(self) -> list[str]:
+        """Names of the tables the bound optimizer trains (none before ``bind_optimizer``)."""
+        return list(self._states)
+
+    def state_held_bytes(self, key: str) -> int:
+        """Bytes of table ``key``'s optimizer state as held: its state tensors, and its two step counts for
+        Adam's rules."""
+        first, second = self._states[key]
+        counts = 8 if self.optimizer.counts_steps else 0
+        return int(first.size) * first.element_size() + int(second.size) * second.element_size() + counts
+
     def fused_parameters(self) -> list[paddle.Tensor]:
         """The parameters the bound optimizer trains (none before ``bind_optimizer``)."""
         return [self[key].weight for key in self._states]
 
     def optimizer_state(self) -> dict[str, np.ndarray]:
-        """The bound optimizer's state by ``<table>.<state>`` (``moment``, ``moment2``, ``beta_pows``), for a
+        """The bound optimizer's state by ``<table>.<state>`` (``state1``, ``state2``, ``beta_pows``), for a
         checkpoint; empty when none is bound."""
         state = {}
         for index, (key, (first, second)) in enumerate(self._states.items()):
             for label, tensor in (("state1", first), ("state2", second)):
                 if tensor.size:
                     state[f"{key}.{label}"] = tensor.numpy().copy()
-            if self.optimizer.name == "adam":
+            if self.optimizer.counts_steps:
                 state[f"{key}.beta_pows"] = self._beta_pows[index].numpy().copy()
         return state
 

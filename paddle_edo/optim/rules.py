@@ -1,6 +1,8 @@
 """The rules a table-batched collection applies in its backward pass, row by row, as Paddle's sparse
 optimizers update a row of merged gradient (so a fused table trains as a per-table layer with Paddle's
-optimizer does), plus row-wise Adagrad, FBGEMM's default for embeddings (one accumulator per row)."""
+optimizer does), plus the row-wise rules of FBGEMM: row-wise Adagrad, its default for embeddings (one
+accumulator per row), and row-wise Adam (its PARTIAL_ROWWISE_ADAM: a first moment per value, or none
+with beta1 = 0, and a second moment per row)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,15 +11,17 @@ from typing import Any
 from ..errors import EdoValueError
 
 # name -> the kernel's rule number (collection.cc)
-FUSED_RULES = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 2, "adam": 3}
+FUSED_RULES = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 2, "adam": 3, "rowwise_adam": 4}
 # Paddle's defaults for its optimizers of the same name; row-wise Adagrad takes FBGEMM's
-DEFAULT_EPSILON = {"sgd": 0.0, "adagrad": 1e-6, "rowwise_adagrad": 1e-8, "adam": 1e-8}
+DEFAULT_EPSILON = {"sgd": 0.0, "adagrad": 1e-6, "rowwise_adagrad": 1e-8, "adam": 1e-8, "rowwise_adam": 1e-8}
+STEP_COUNTED = ("adam", "rowwise_adam")  # rules that keep beta1^t and beta2^t per table
 
 
 @dataclass(frozen=True)
 class TableOptimizer:
-    """One table's rule and hyper-parameters. Adam is lazy (only the batch's rows move, with one step
-    count per table); Adagrad's accumulators start at 0.
+    """One table's rule and hyper-parameters. Adam and row-wise Adam are lazy (only the batch's rows move,
+    with one step count per table); row-wise Adam with ``beta1 = 0`` keeps no first moment (4 bytes of
+    state per row); Adagrad's accumulators start at 0.
 
     ``weight_decay``: L2 on the batch's rows, ``g + weight_decay * w`` before the rule (FBGEMM's
     ``WeightDecayMode.L2``), so that it stays sparse. Paddle's optimizers given ``weight_decay`` add it to a
@@ -35,10 +39,17 @@ class TableOptimizer:
             raise EdoValueError(f"table optimizer {self.name!r} is not fused; fused: {', '.join(FUSED_RULES)}")
         if not self.learning_rate >= 0:
             raise EdoValueError(f"table optimizer {self.name}: learning_rate = {self.learning_rate} must be >= 0")
+        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
+            raise EdoValueError(f"table optimizer {self.name}: beta1 = {self.beta1}, beta2 = {self.beta2} must be in "
+                                f"[0, 1)")
         if not self.weight_decay >= 0:
             raise EdoValueError(f"table optimizer {self.name}: weight_decay = {self.weight_decay} must be >= 0")
         if self.epsilon is None:
             object.__setattr__(self, "epsilon", DEFAULT_EPSILON[self.name])
+
+    @property
+    def counts_steps(self) -> bool:
+        return self.name in STEP_COUNTED
 
     @property
     def rule(self) -> int:
@@ -47,13 +58,14 @@ class TableOptimizer:
     def state_shapes(self, rows: int, dim: int) -> tuple[list[int], list[int]]:
         """Shapes of the rule's two state tensors for a [rows, dim] table ([0]: none)."""
         per_value = [rows, dim]
+        momentum = per_value if self.beta1 > 0 else [0]
         return {"sgd": ([0], [0]), "adagrad": (per_value, [0]), "rowwise_adagrad": ([rows], [0]),
-                "adam": (per_value, per_value)}[self.name]
+                "adam": (per_value, per_value), "rowwise_adam": (momentum, [rows])}[self.name]
 
     def state_bytes(self, rows: int, dim: int) -> int:
-        """Bytes of the table's optimizer state (fp32), Adam's two step counters included."""
+        """Bytes of the table's optimizer state (fp32), the two step counters of Adam's rules included."""
         first, second = self.state_shapes(rows, dim)
-        values = _count(first) + _count(second) + (2 if self.name == "adam" else 0)
+        values = _count(first) + _count(second) + (2 if self.counts_steps else 0)
         return 4 * values
 
     def describe(self) -> dict[str, Any]:

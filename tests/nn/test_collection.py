@@ -148,21 +148,55 @@ def test_rowwise_adagrad_keeps_one_accumulator_per_row():
     assert accumulator[np.setdiff1d(np.arange(20), ids)].sum() == 0
 
 
-def test_the_optimizer_state_resumes_exactly():
+@pytest.mark.parametrize("beta1", [0.9, 0.0])
+def test_rowwise_adam_keeps_a_second_moment_per_row_and_a_first_per_value_or_none(beta1):
+    paddle.seed(8)
+    table = DenseEmbedding(30, 4)
+    weight = table.weight.numpy().copy()
+    collection = EmbeddingCollection({"t": table})
+    optimizer = TableOptimizer("rowwise_adam", 0.1, beta1=beta1, beta2=0.99)
+    collection.bind_optimizer(optimizer)
+    state = collection.optimizer_state()
+    assert state["t.state2"].shape == (30,) and ("t.state1" in state) == (beta1 > 0)
+    assert optimizer.state_bytes(30, 4) == 4 * (30 + (120 if beta1 else 0) + 2)
+    m, v, pows = np.zeros((30, 4), np.float32), np.zeros(30, np.float32), np.array([beta1, 0.99], np.float32)
+    rng = np.random.default_rng(8)
+    for _ in range(3):
+        ids = rng.integers(0, 30, 12)
+        grad = rng.standard_normal((12, 4)).astype(np.float32)
+        (collection([paddle.to_tensor(ids)]) * paddle.to_tensor(grad)).sum().backward()
+        for row in np.unique(ids):
+            g = grad[ids == row].sum(axis=0)
+            v[row] = 0.99 * v[row] + 0.01 * np.mean(g * g)
+            m[row] = beta1 * m[row] + (1 - beta1) * g
+            lr = 0.1 * np.sqrt(1 - pows[1]) / (1 - pows[0])
+            weight[row] -= lr * m[row] / (np.sqrt(v[row]) + 1e-8 * np.sqrt(1 - pows[1]))
+        pows *= np.array([beta1, 0.99], np.float32)  # t = 1 at the first step (Adam's own)
+    np.testing.assert_allclose(table.weight.numpy(), weight, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(collection.optimizer_state()["t.state2"], v, rtol=1e-5, atol=1e-9)
+
+
+def test_table_optimizers_refuse_betas_outside_their_range():
+    with pytest.raises(EdoValueError, match=r"beta1 = 1.0, beta2 = 0.999 must be in \[0, 1\)"):
+        TableOptimizer("adam", 0.01, beta1=1.0)
+
+
+@pytest.mark.parametrize("rule", ["adam", "rowwise_adam", "rowwise_adagrad"])
+def test_the_optimizer_state_resumes_exactly(rule):
     rng = np.random.default_rng(4)
     steps = batches(rng, 4)
     whole = EmbeddingCollection(tables())
-    whole.bind_optimizer(TableOptimizer("adam", 0.01))
+    whole.bind_optimizer(TableOptimizer(rule, 0.01))
     for ids in steps:
         whole(ids).sum().backward()
     first = EmbeddingCollection(tables())
-    first.bind_optimizer(TableOptimizer("adam", 0.01))
+    first.bind_optimizer(TableOptimizer(rule, 0.01))
     for ids in steps[:2]:
         first(ids).sum().backward()
     saved_weights = {k: v.numpy().copy() for k, v in first.state_dict().items()}
     saved = table_optimizer_state(paddle.nn.LayerList([first]))
     resumed = EmbeddingCollection(tables(seed=9))
-    resumed.bind_optimizer(TableOptimizer("adam", 0.01))
+    resumed.bind_optimizer(TableOptimizer(rule, 0.01))
     resumed.set_state_dict({k: paddle.to_tensor(v) for k, v in saved_weights.items()})
     load_table_optimizer_state(paddle.nn.LayerList([resumed]), saved, "test")
     for ids in steps[2:]:
