@@ -12,6 +12,7 @@ from .data.options import DATA_OPTIONS, TABULAR_NAMES, check_data_section, upgra
 from .distributed.options import DISTRIBUTED_OPTIONS, check_distributed_config
 from .models import model_class, model_section_options, table_section_models
 from .models.optimizers import OPTIMIZERS
+from .optim import FUSED_RULES
 from .nn.registry import AUTO, check_embedding_section, embedding_class, field_tables, table_classes
 from .schema import ConfigError, Option, check_section
 
@@ -63,6 +64,15 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "log_every_steps": Option(50, int, low=1),
         "to_static": Option(False, bool, doc="train and evaluate the model under paddle.jit.to_static (SOT: the "
                                              "tables run in dynamic graph, the rest is compiled)"),
+        "table_optimizer": {  # the rule of the tables a model's collections train in their backward pass
+            "name": Option(None, str, nullable=True, choices=tuple(FUSED_RULES),
+                           doc="the collections' rule for their fp32 and QAT tables: sgd, adagrad, rowwise_adagrad "
+                               "(one fp32 per row), adam, rowwise_adam (a moment per value, none with beta1 0, "
+                               "and one fp32 per row); null: train.optimizer where it is fused"),
+            "beta1": Option(0.9, float, low=0.0, high=0.999999, doc="adam, rowwise_adam (0: no first moment)"),
+            "beta2": Option(0.999, float, low=0.0, high=0.999999, doc="adam, rowwise_adam"),
+            "weight_decay": Option(0.0, float, low=0.0, doc="L2 on the batch's rows (g + weight_decay x w)"),
+        },
         "amp": {
             "enable": Option(False, bool),
             "level": Option("O1", str, choices=("O1", "O2")),

@@ -9,6 +9,7 @@ import paddle
 from ..kernels import fused_ops
 from ..nn.base import embedding_layers
 from ..optim import FUSED_RULES, TableOptimizer
+from ..schema import ConfigError
 
 OPTIMIZERS = ("adam", "adagrad", "sgd", "momentum", "rmsprop")
 _CLASSES = {"adam": paddle.optimizer.Adam, "adagrad": paddle.optimizer.Adagrad, "sgd": paddle.optimizer.SGD,
@@ -16,18 +17,32 @@ _CLASSES = {"adam": paddle.optimizer.Adam, "adagrad": paddle.optimizer.Adagrad, 
 
 
 def fused_table_optimizer(config: dict[str, Any], world_size: int = 1, device: str = "cpu") -> TableOptimizer | None:
-    """The rule a model's collections apply to their fp32 tables in their backward pass: ``train.optimizer``
-    at the tables' learning rate, where it is fused (sgd, adagrad, adam) and the run lets tables train
-    apart from Paddle's optimizer. None (tables train through Paddle's optimizer, as per-table layers do)
-    under AMP (the loss scale is Paddle's optimizer's), with several ranks (collective mode all-reduces table
-    gradients), with monitoring (the monitors read tables' gradients), off the CPU or without the native
-    kernels, or with ``embedding.collection: false``."""
+    """The rule a model's collections apply to their fp32 and QAT tables in their backward pass:
+    ``train.table_optimizer`` (its ``name``, or ``train.optimizer`` where it is fused: sgd, adagrad, adam) at
+    the tables' learning rate, where the run lets tables train apart from Paddle's optimizer. None (tables
+    train through Paddle's optimizer, as per-table layers do) under AMP (the loss scale is Paddle's
+    optimizer's), with several ranks (collective mode all-reduces table gradients), with monitoring (the
+    monitors read tables' gradients), off the CPU or without the native kernels, or with
+    ``embedding.collection: false``; a ``train.table_optimizer.name`` the run cannot fuse is refused
+    (ConfigError naming why), as no Paddle optimizer has the row-wise rules."""
     train = config["train"]
-    if (train["optimizer"] not in FUSED_RULES or train["amp"]["enable"] or world_size > 1
-            or config["monitor"]["enable"] or not config["embedding"].get("collection", True)
-            or device != "cpu" or fused_ops() is None):
+    section = train.get("table_optimizer", {})
+    name = section.get("name") or train["optimizer"]
+    blocked = [reason for reason, applies in (
+        ("train.amp.enable is true", train["amp"]["enable"]), (f"{world_size} ranks train", world_size > 1),
+        ("monitor.enable is true", config["monitor"]["enable"]),
+        ("embedding.collection is false", not config["embedding"].get("collection", True)),
+        (f"the device is {device!r}, not the CPU", device != "cpu"),
+        ("paddle_edo's native kernels are not built", fused_ops() is None)) if applies]
+    if blocked and section.get("name"):
+        raise ConfigError(f"train.table_optimizer.name = {name!r} trains tables in a collection's fused backward, "
+                          f"which this run cannot use: {blocked[0]} (drop train.table_optimizer.name to train "
+                          f"tables with train.optimizer)")
+    if blocked or name not in FUSED_RULES:
         return None
-    return TableOptimizer(train["optimizer"], train["embedding_learning_rate"] or train["learning_rate"])
+    return TableOptimizer(name, train["embedding_learning_rate"] or train["learning_rate"],
+                          beta1=section.get("beta1", 0.9), beta2=section.get("beta2", 0.999),
+                          weight_decay=section.get("weight_decay", 0.0))
 
 
 def create_optimizer(train: dict[str, Any], model: paddle.nn.Layer | None = None,

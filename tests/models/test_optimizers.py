@@ -1,8 +1,11 @@
 import numpy as np
 import paddle
+import pytest
 
-from paddle_edo.models.optimizers import create_optimizer
+from paddle_edo.models.optimizers import create_optimizer, fused_table_optimizer
 from paddle_edo.nn import DenseEmbedding
+from paddle_edo.optim import TableOptimizer
+from paddle_edo.schema import ConfigError
 
 
 def test_lazy_adam_leaves_rows_outside_the_batch_untouched(synthetic_config):
@@ -32,3 +35,32 @@ def test_embedding_learning_rate_scales_only_the_tables(synthetic_config):
     # atol: where the step nearly cancels the row, float32 rounding of operands ~1e-2 is ~1e-9 (a wrong
     # learning rate moves the rows by ~1e-3)
     np.testing.assert_allclose(table.numpy(), w0 - 0.05 * grad, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("rule,learning_rate", [("rowwise_adagrad", 0.05), ("rowwise_adam", 0.01)])
+def test_a_row_wise_table_rule_trains_the_tables_with_one_float_per_row(synthetic_config, rule, learning_rate):
+    from paddle_edo.data import make_synthetic_ctr
+    from paddle_edo.engine import Engine
+    from paddle_edo.metrics import auc
+    config = synthetic_config(table_optimizer={"name": rule, "beta1": 0.0, "beta2": 0.999, "weight_decay": 0.0},
+                              learning_rate=learning_rate)
+    engine = Engine(config)
+    assert engine.table_optimizer == TableOptimizer(rule, learning_rate, beta1=0.0)
+    results = engine.fit()
+    table, logit = make_synthetic_ctr(**config["data"]["synthetic"], return_logit=True)
+    assert results["test_auc"] > 0.5 + 0.6 * (auc(table.labels, logit) - 0.5)  # as the engine's own test asks
+    counts = 8 if rule == "rowwise_adam" else 0  # its two step counts
+    for table in engine.memory_report().tables:
+        assert table.optimizer == f"{rule} (fused)"
+        assert table.optimizer_estimated_bytes == table.optimizer_held_bytes == table.rows * 4 + counts
+
+
+def test_a_table_rule_the_run_cannot_fuse_is_refused(synthetic_config):
+    from paddle_edo.engine import Engine
+    config = synthetic_config(table_optimizer={"name": "rowwise_adagrad"})
+    config["monitor"]["enable"] = True
+    with pytest.raises(ConfigError, match="train.table_optimizer.name = 'rowwise_adagrad' trains tables in a "
+                                          "collection's fused backward, which this run cannot use: "
+                                          "monitor.enable is true"):
+        Engine(config)
+    assert fused_table_optimizer(synthetic_config()) == TableOptimizer("adam", 0.01)  # train.optimizer, fused
