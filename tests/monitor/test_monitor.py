@@ -458,3 +458,16 @@ def test_kept_scalars_reach_the_file_when_a_run_ends_without_flushing(tmp_path):
     assert done.returncode == 1 and "the run failed" in done.stderr
     _, series = read(tmp_path / "vdl")
     assert {step: r.value for step, r in series("scalar", "loss").items()} == {1: 0.25, 2: 0.5, 3: 0.75}
+
+
+def test_memory_monitor_logs_the_optimizer_state_it_is_given(tmp_path):
+    writer = open_log_writer(tmp_path / "vdl")
+    model = paddle.nn.Sequential(DenseEmbedding(10, 4))
+    optimizer = paddle.optimizer.Adagrad(0.1, parameters=model.parameters())
+    model(paddle.to_tensor([1, 2])).sum().backward()
+    optimizer.step()
+    MemoryMonitor(writer).log(model, 0, optimizer)
+    writer.close()
+    _, series = read(tmp_path / "vdl")
+    assert series("scalar", "optimizer_state_bytes/0/held")[0].value == 10 * 4 * 4  # one accumulator per value
+    assert series("scalar", "optimizer_state_bytes/total/held")[0].value == 160
