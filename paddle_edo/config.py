@@ -12,7 +12,7 @@ from .data.options import DATA_OPTIONS, TABULAR_NAMES, check_data_section, upgra
 from .distributed.options import DISTRIBUTED_OPTIONS, check_distributed_config
 from .models import model_class, model_section_options, table_section_models
 from .models.optimizers import OPTIMIZERS
-from .optim import FUSED_RULES
+from .optim import FUSED_RULES, STATE_DTYPES
 from .nn.registry import AUTO, check_embedding_section, embedding_class, field_tables, table_classes
 from .schema import ConfigError, Option, check_section
 
@@ -72,6 +72,8 @@ SCHEMA: dict[str, dict[str, Any]] = {
             "beta1": Option(0.9, float, low=0.0, high=0.999999, doc="adam, rowwise_adam (0: no first moment)"),
             "beta2": Option(0.999, float, low=0.0, high=0.999999, doc="adam, rowwise_adam"),
             "weight_decay": Option(0.0, float, low=0.0, doc="L2 on the batch's rows (g + weight_decay x w)"),
+            "state_dtype": Option("float32", str, choices=tuple(STATE_DTYPES),
+                                  doc="the state in fp32, or in 16 bits, stochastically rounded (half the bytes)"),
         },
         "amp": {
             "enable": Option(False, bool),

@@ -42,7 +42,8 @@ SOURCES = [Path(__file__).with_name(name)
            for name in ("lookups.cc", "quantized.cc", "bags.cc", "collection.cc", "fake_quant.cc", "unique_ids.cc",
                         "row_norms.cc", "openmp.cc")]
 HEADERS = [Path(__file__).with_name(name)  # included by the sources: part of a build's key
-           for name in ("packed_rows.h", "half_rows.h", "huge_pages.h", "cpu_isa.h", "prefetch.h", "fake_quant.h")]
+           for name in ("packed_rows.h", "half_rows.h", "huge_pages.h", "cpu_isa.h", "prefetch.h", "fake_quant.h",
+                         "optimizer_states.h")]
 NAME = "paddle_edo_lookups"
 FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]  # no fused multiply-adds: the composite ops' exact roundings
 CPU_ISAS = ("avx512", "avx2", "portable")  # PADDLE_EDO_MAX_CPU_ISA's values, widest first

@@ -33,6 +33,7 @@
 
 #include "fake_quant.h"
 #include "huge_pages.h"
+#include "optimizer_states.h"
 #include "prefetch.h"
 #include "paddle/extension.h"
 
@@ -269,28 +270,52 @@ struct RowGradients {
   }
 };
 
-// The optimizer of one table: its rule, hyper-parameters and state.
+// The optimizer of one table: its rule, hyper-parameters and state (fp32, or 16 bits: optimizer_states.h).
 struct TableRule {
   int rule;
   float learning_rate, epsilon, beta1, beta2;
-  float* state1;  // Adagrad: [rows, dim]; row-wise Adagrad: [rows]; (row-wise) Adam: first moments [rows, dim]
-  float* state2;  // Adam: second moments [rows, dim]; row-wise Adam: [rows]
-  float* beta_pows;  // Adam: beta1^t, beta2^t, advanced after each step
+  void* state1;  // Adagrad: [rows, dim]; row-wise Adagrad: [rows]; (row-wise) Adam: first moments [rows, dim]
+  void* state2;  // Adam: second moments [rows, dim]; row-wise Adam: [rows]
+  float* beta_pows;  // Adam: beta1^t, beta2^t
+  int state_format;
+  uint64_t salt;  // the table's place and step count, for 16-bit states' rounding: new random bits each step
+
+  // Values of each state per row.
+  int64_t Width1(int64_t dim) const {
+    if (rule == kSgd || (rule == kRowwiseAdam && beta1 == 0.0f)) return 0;
+    return rule == kRowwiseAdagrad ? 1 : dim;
+  }
+  int64_t Width2(int64_t dim) const { return rule == kAdam ? dim : rule == kRowwiseAdam ? 1 : 0; }
 
   // Asks for the row's weights and state ahead of their update.
   void Prefetch(const float* weight, int64_t row, int64_t dim) const {
-    const size_t bytes = sizeof(float) * dim;
-    ::Prefetch(weight + row * dim, bytes);
-    if (rule == kAdagrad || rule == kAdam) ::Prefetch(state1 + row * dim, bytes);
-    if (rule == kRowwiseAdagrad) ::Prefetch(state1 + row, sizeof(float));
-    if (rule == kAdam) ::Prefetch(state2 + row * dim, bytes);
-    if (rule == kRowwiseAdam) {
-      if (beta1 != 0.0f) ::Prefetch(state1 + row * dim, bytes);
-      ::Prefetch(state2 + row, sizeof(float));
-    }
+    ::Prefetch(weight + row * dim, sizeof(float) * dim);
+    const int64_t bytes = state_format == kStateFp32 ? 4 : 2;
+    const int64_t w1 = Width1(dim), w2 = Width2(dim);
+    if (w1 > 0) ::Prefetch(static_cast<const char*>(state1) + row * w1 * bytes, w1 * bytes);
+    if (w2 > 0) ::Prefetch(static_cast<const char*>(state2) + row * w2 * bytes, w2 * bytes);
   }
 
-  void Update(float* p, const float* g, int64_t row, int64_t dim) const {
+  // Updates row ``row`` (weights p) with its summed gradient g; ``scratch`` holds 16-bit states as fp32.
+  void Update(float* p, const float* g, int64_t row, int64_t dim, std::vector<float>* scratch) const {
+    const int64_t w1 = Width1(dim), w2 = Width2(dim);
+    if (state_format == kStateFp32) {
+      Apply(p, g, static_cast<float*>(state1) + row * w1, static_cast<float*>(state2) + row * w2, dim);
+      return;
+    }
+    scratch->resize(w1 + w2);
+    float* s1 = scratch->data();
+    float* s2 = s1 + w1;
+    for (int64_t d = 0; d < w1; ++d) s1[d] = LoadState(state1, row * w1 + d, state_format);
+    for (int64_t d = 0; d < w2; ++d) s2[d] = LoadState(state2, row * w2 + d, state_format);
+    Apply(p, g, s1, s2, dim);
+    const uint64_t place = salt ^ static_cast<uint64_t>(row) * 2 * (w1 + w2);
+    for (int64_t d = 0; d < w1; ++d) StoreState(state1, row * w1 + d, s1[d], state_format, place + 2 * d);
+    for (int64_t d = 0; d < w2; ++d) StoreState(state2, row * w2 + d, s2[d], state_format, place + 2 * d + 1);
+  }
+
+  // The rule on one row: weights p, gradient g, the row's states m1 and m2 (a per-row state: one value).
+  void Apply(float* p, const float* g, float* m1, float* m2, int64_t dim) const {
     if (rule == kSgd) {
       if (dim % 8 == 0) {  // Paddle's generated AVX code: a product, then a difference
         for (int64_t d = 0; d < dim; ++d) p[d] = p[d] - learning_rate * g[d];
@@ -298,36 +323,32 @@ struct TableRule {
         for (int64_t d = 0; d < dim; ++d) p[d] = std::fma(-learning_rate, g[d], p[d]);
       }
     } else if (rule == kAdagrad) {
-      float* moment = state1 + row * dim;
       for (int64_t d = 0; d < dim; ++d) {
-        moment[d] = moment[d] + g[d] * g[d];
-        p[d] = p[d] - learning_rate * g[d] / (std::sqrt(moment[d]) + epsilon);
+        m1[d] = m1[d] + g[d] * g[d];
+        p[d] = p[d] - learning_rate * g[d] / (std::sqrt(m1[d]) + epsilon);
       }
     } else if (rule == kRowwiseAdagrad) {
       float squares = 0.0f;
       for (int64_t d = 0; d < dim; ++d) squares += g[d] * g[d];
-      state1[row] = state1[row] + squares / static_cast<float>(dim);
-      const float denominator = std::sqrt(state1[row]) + epsilon;
+      m1[0] = m1[0] + squares / static_cast<float>(dim);
+      const float denominator = std::sqrt(m1[0]) + epsilon;
       for (int64_t d = 0; d < dim; ++d) p[d] = p[d] - learning_rate * g[d] / denominator;
     } else if (rule == kRowwiseAdam) {
       float squares = 0.0f;
       for (int64_t d = 0; d < dim; ++d) squares += g[d] * g[d];
-      state2[row] = beta2 * state2[row] + (1 - beta2) * (squares / static_cast<float>(dim));
+      m2[0] = beta2 * m2[0] + (1 - beta2) * (squares / static_cast<float>(dim));
       const float beta1_pow = beta_pows[0], beta2_pow = beta_pows[1];
       const float lr = learning_rate * (std::sqrt(1 - beta2_pow) / (1 - beta1_pow));
-      const float denominator = std::sqrt(state2[row]) + epsilon * std::sqrt(1 - beta2_pow);
+      const float denominator = std::sqrt(m2[0]) + epsilon * std::sqrt(1 - beta2_pow);
       if (beta1 == 0.0f) {
         for (int64_t d = 0; d < dim; ++d) p[d] = p[d] - lr * (g[d] / denominator);
       } else {
-        float* m1 = state1 + row * dim;
         for (int64_t d = 0; d < dim; ++d) {
           m1[d] = beta1 * m1[d] + (1 - beta1) * g[d];
           p[d] = p[d] - lr * (m1[d] / denominator);
         }
       }
     } else {
-      float* m1 = state1 + row * dim;
-      float* m2 = state2 + row * dim;
       const float beta1_pow = beta_pows[0], beta2_pow = beta_pows[1];
       const float lr = learning_rate * (std::sqrt(1 - beta2_pow) / (1 - beta1_pow));
       const float eps = epsilon * std::sqrt(1 - beta2_pow);
@@ -339,7 +360,6 @@ struct TableRule {
     }
   }
 };
-
 
 }  // namespace
 
@@ -391,42 +411,54 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
                                              const std::vector<paddle::Tensor>& states2,
                                              const std::vector<paddle::Tensor>& ids,
                                              const std::vector<paddle::Tensor>& bounds, const paddle::Tensor& grad,
-                                             const paddle::Tensor& beta_pows, const std::vector<int64_t>& lengths,
+                                             const paddle::Tensor& beta_pows, const paddle::Tensor& steps,
+                                             const std::vector<int64_t>& lengths,
                                              const std::vector<int>& modes, const std::vector<int64_t>& paddings,
                                              int64_t batch, const std::vector<int>& rules,
                                              const std::vector<float>& learning_rates,
                                              const std::vector<float>& epsilons, const std::vector<float>& beta1s,
                                              const std::vector<float>& beta2s,
-                                             const std::vector<float>& weight_decays) {
+                                             const std::vector<float>& weight_decays,
+                                             const std::vector<int>& state_formats) {
   const Tables tables = Describe(weights, ids, bounds, lengths, modes, paddings, batch);
   const int64_t count = tables.count;
   PD_CHECK(static_cast<int64_t>(rules.size()) == count && static_cast<int64_t>(learning_rates.size()) == count &&
                static_cast<int64_t>(epsilons.size()) == count && static_cast<int64_t>(beta1s.size()) == count &&
                static_cast<int64_t>(beta2s.size()) == count && static_cast<int64_t>(weight_decays.size()) == count &&
-               static_cast<int64_t>(states1.size()) == count &&
+               static_cast<int64_t>(state_formats.size()) == count && static_cast<int64_t>(states1.size()) == count &&
                static_cast<int64_t>(states2.size()) == count,
-           "one rule, learning rate, epsilon, beta1, beta2, weight decay and two states per table");
+           "one rule, learning rate, epsilon, beta1, beta2, weight decay, state format and two states per table");
   PD_CHECK(grad.is_cpu() && grad.dtype() == paddle::DataType::FLOAT32 && grad.numel() == batch * tables.width,
            "the output gradient must be float32 [", batch, ", ", tables.width, "]");
   PD_CHECK(beta_pows.dtype() == paddle::DataType::FLOAT32 && beta_pows.numel() == 2 * count,
            "beta_pows must be float32 [tables, 2]");
   float* pows = const_cast<float*>(beta_pows.data<float>());
+  PD_CHECK(steps.dtype() == paddle::DataType::INT64 && steps.numel() == count, "steps must be int64 [tables]");
+  int64_t* step_counts = const_cast<int64_t*>(steps.data<int64_t>());
   std::vector<TableRule> table_rules(count);
   for (int64_t t = 0; t < count; ++t) {
     PD_CHECK(rules[t] >= kSgd && rules[t] <= kRowwiseAdam, "table ", t, ": rule ", rules[t], " is unknown");
     const int64_t rows = tables.rows[t], dim = tables.dim[t];
-    const bool momentum = rules[t] != kRowwiseAdam || beta1s[t] != 0.0f;
-    const int64_t want1 = rules[t] == kSgd || !momentum ? 0 : rules[t] == kRowwiseAdagrad ? rows : rows * dim;
-    const int64_t want2 = rules[t] == kAdam ? rows * dim : rules[t] == kRowwiseAdam ? rows : 0;
-    PD_CHECK(states1[t].dtype() == paddle::DataType::FLOAT32 && states2[t].dtype() == paddle::DataType::FLOAT32,
-             "table ", t, ": optimizer states must be float32");
+    PD_CHECK(state_formats[t] >= kStateFp32 && state_formats[t] <= kStateFp16, "table ", t, ": state format ",
+             state_formats[t], " is unknown");
+    TableRule& table_rule = table_rules[t];
+    table_rule = {rules[t], learning_rates[t], epsilons[t], beta1s[t], beta2s[t], nullptr, nullptr, pows + 2 * t,
+                  state_formats[t], MixBits((static_cast<uint64_t>(t) << 40) + static_cast<uint64_t>(step_counts[t]))};
+    const int64_t want1 = rows * table_rule.Width1(dim), want2 = rows * table_rule.Width2(dim);
+    const paddle::DataType stored = state_formats[t] == kStateFp32 ? paddle::DataType::FLOAT32 : paddle::DataType::INT16;
+    PD_CHECK(states1[t].dtype() == stored && states2[t].dtype() == stored, "table ", t, ": optimizer states must be ",
+             state_formats[t] == kStateFp32 ? "float32" : "int16 (16-bit floats' bits)");
     PD_CHECK(want1 == 0 || states1[t].numel() == want1, "table ", t, ": state 1 holds ", states1[t].numel(),
              " values, the rule needs ", want1);
     PD_CHECK(want2 == 0 || states2[t].numel() == want2, "table ", t, ": state 2 holds ", states2[t].numel(),
              " values, the rule needs ", want2);
-    table_rules[t] = {rules[t], learning_rates[t], epsilons[t], beta1s[t], beta2s[t],
-                      const_cast<float*>(states1[t].data<float>()), const_cast<float*>(states2[t].data<float>()),
-                      pows + 2 * t};
+    if (state_formats[t] == kStateFp32) {
+      table_rule.state1 = const_cast<float*>(states1[t].data<float>());
+      table_rule.state2 = const_cast<float*>(states2[t].data<float>());
+    } else {
+      table_rule.state1 = const_cast<int16_t*>(states1[t].data<int16_t>());
+      table_rule.state2 = const_cast<int16_t*>(states2[t].data<int16_t>());
+    }
   }
   const std::string bad = FirstBadId(tables, ids);
   PD_CHECK(bad.empty(), bad);
@@ -439,11 +471,12 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
 #pragma omp parallel if (tables.entries > kParallelEntries)
   {
     RowGradients rows;  // each thread's scratch, reused from table to table
+    std::vector<float> states;
     for (int64_t t = next_table++; t < count; t = next_table++) {
       rows.Gather(tables, t, g);
       const int64_t dim = tables.dim[t], n = static_cast<int64_t>(rows.distinct.ids.size());
-      const bool steps = tables.Start(t, batch) > 0;
-      if (rules[t] == kAdam && steps) AdvanceStepCounts(pows + 2 * t, beta1s[t], beta2s[t]);  // as Paddle's: first
+      const bool stepped = tables.Start(t, batch) > 0;  // a table without entries takes no step
+      if (rules[t] == kAdam && stepped) AdvanceStepCounts(pows + 2 * t, beta1s[t], beta2s[t]);  // as Paddle's: first
       for (int64_t u = 0; u < n; ++u) {
         if (u + kPrefetchAhead < n) table_rules[t].Prefetch(tables.weight[t], rows.distinct.ids[u + kPrefetchAhead], dim);
         const int64_t row = rows.distinct.ids[u];
@@ -452,9 +485,10 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
         if (weight_decays[t] != 0.0f) {
           for (int64_t d = 0; d < dim; ++d) sum[d] += weight_decays[t] * weight[d];
         }
-        table_rules[t].Update(weight, sum, row, dim);
+        table_rules[t].Update(weight, sum, row, dim, &states);
       }
-      if (rules[t] == kRowwiseAdam && steps) AdvanceStepCounts(pows + 2 * t, beta1s[t], beta2s[t]);
+      if (rules[t] == kRowwiseAdam && stepped) AdvanceStepCounts(pows + 2 * t, beta1s[t], beta2s[t]);
+      if (stepped) ++step_counts[t];
       distinct_rows[t] = n;
     }
   }
@@ -491,10 +525,10 @@ PD_BUILD_OP(edo_collection_lookup)
 
 PD_BUILD_OP(edo_collection_update)
     .Inputs({paddle::Vec("Weights"), paddle::Vec("States1"), paddle::Vec("States2"), paddle::Vec("Ids"),
-             paddle::Vec("Bounds"), "Grad", "BetaPows"})
+             paddle::Vec("Bounds"), "Grad", "BetaPows", "Steps"})
     .Outputs({"Touched"})
     .Attrs({"lengths: std::vector<int64_t>", "modes: std::vector<int>", "paddings: std::vector<int64_t>",
             "batch: int64_t", "rules: std::vector<int>", "learning_rates: std::vector<float>",
             "epsilons: std::vector<float>", "beta1s: std::vector<float>", "beta2s: std::vector<float>",
-            "weight_decays: std::vector<float>"})
+            "weight_decays: std::vector<float>", "state_formats: std::vector<int>"})
     .SetKernelFn(PD_KERNEL(CollectionUpdate));

@@ -42,7 +42,7 @@ def fused_table_optimizer(config: dict[str, Any], world_size: int = 1, device: s
         return None
     return TableOptimizer(name, train["embedding_learning_rate"] or train["learning_rate"],
                           beta1=section.get("beta1", 0.9), beta2=section.get("beta2", 0.999),
-                          weight_decay=section.get("weight_decay", 0.0))
+                          weight_decay=section.get("weight_decay", 0.0), state_dtype=section.get("state_dtype", "float32"))
 
 
 def create_optimizer(train: dict[str, Any], model: paddle.nn.Layer | None = None,

@@ -87,6 +87,7 @@ class EmbeddingCollection(paddle.nn.Layer):
         self.optimizer: TableOptimizer | None = None
         self._states: dict[str, tuple[paddle.Tensor, paddle.Tensor]] = {}
         self._beta_pows: paddle.Tensor | None = None
+        self._steps: paddle.Tensor | None = None  # each table's steps taken: 16-bit states' rounding draws on it
 
     # ------------------------------------------------------------- tables
     def __getitem__(self, key: str) -> EmbeddingBase:
@@ -126,9 +127,11 @@ class EmbeddingCollection(paddle.nn.Layer):
         for key in self.fused_tables():
             weight = self[key].weight
             first, second = optimizer.state_shapes(*weight.shape)
-            self._states[key] = (paddle.zeros(first, dtype="float32"), paddle.zeros(second, dtype="float32"))
+            self._states[key] = (paddle.zeros(first, dtype=optimizer.stored_dtype),
+                                 paddle.zeros(second, dtype=optimizer.stored_dtype))
         pows = [[optimizer.beta1, optimizer.beta2]] * len(self._states)
         self._beta_pows = paddle.to_tensor(np.array(pows, dtype=np.float32).reshape([-1, 2]))
+        self._steps = paddle.zeros([len(self._states)], dtype="int64")
         return list(self._states)
 
     def trained_tables(self) -> list[str]:
@@ -139,7 +142,7 @@ class EmbeddingCollection(paddle.nn.Layer):
         """Bytes of table ``key``'s optimizer state as held: its state tensors, and its two step counts for
         Adam's rules."""
         first, second = self._states[key]
-        counts = 8 if self.optimizer.counts_steps else 0
+        counts = (8 if self.optimizer.counts_steps else 0) + (8 if self.optimizer.rounds_stochastically else 0)
         return int(first.size) * first.element_size() + int(second.size) * second.element_size() + counts
 
     def fused_parameters(self) -> list[paddle.Tensor]:
@@ -147,8 +150,8 @@ class EmbeddingCollection(paddle.nn.Layer):
         return [self[key].weight for key in self._states]
 
     def optimizer_state(self) -> dict[str, np.ndarray]:
-        """The bound optimizer's state by ``<table>.<state>`` (``state1``, ``state2``, ``beta_pows``), for a
-        checkpoint; empty when none is bound."""
+        """The bound optimizer's state by ``<table>.<state>`` (``state1``, ``state2``, ``beta_pows``, and
+        ``steps`` for 16-bit states), for a checkpoint; empty when none is bound."""
         state = {}
         for index, (key, (first, second)) in enumerate(self._states.items()):
             for label, tensor in (("state1", first), ("state2", second)):
@@ -156,6 +159,8 @@ class EmbeddingCollection(paddle.nn.Layer):
                     state[f"{key}.{label}"] = tensor.numpy().copy()
             if self.optimizer.counts_steps:
                 state[f"{key}.beta_pows"] = self._beta_pows[index].numpy().copy()
+            if self.optimizer.rounds_stochastically:
+                state[f"{key}.steps"] = self._steps[index].numpy().copy()
         return state
 
     def set_optimizer_state(self, state: Mapping[str, np.ndarray], owner: str = "checkpoint") -> None:
@@ -166,19 +171,26 @@ class EmbeddingCollection(paddle.nn.Layer):
             raise EdoValueError(f"{owner}: the table optimizer state does not match this collection's "
                                 f"({self.optimizer.name if self.optimizer else 'none bound'}): {missing[0]!r} differs")
         pows = self._beta_pows.numpy() if self._beta_pows is not None else None
+        steps = self._steps.numpy() if self._steps is not None else None
         for index, (key, (first, second)) in enumerate(self._states.items()):
             for label, tensor in (("state1", first), ("state2", second)):
                 name = f"{key}.{label}"
                 if name in state:
-                    value = np.asarray(state[name], dtype=np.float32)
+                    value = np.asarray(state[name])
+                    if value.dtype != tensor.numpy().dtype:
+                        raise EdoValueError(f"{owner}: table optimizer state {name} is {value.dtype}, expected "
+                                            f"{tensor.numpy().dtype} (state_dtype {self.optimizer.state_dtype!r})")
                     if list(value.shape) != list(tensor.shape):
                         raise EdoValueError(f"{owner}: table optimizer state {name} has shape {list(value.shape)}, "
                                             f"expected {list(tensor.shape)}")
                     paddle.assign(paddle.to_tensor(value), tensor)
             if f"{key}.beta_pows" in state:
                 pows[index] = np.asarray(state[f"{key}.beta_pows"], dtype=np.float32)
+            if f"{key}.steps" in state:
+                steps[index] = np.asarray(state[f"{key}.steps"], dtype=np.int64)
         if pows is not None:
             paddle.assign(paddle.to_tensor(pows), self._beta_pows)
+            paddle.assign(paddle.to_tensor(steps), self._steps)
 
     # ------------------------------------------------------------ lookups
     @dynamic_graph_under_sot
@@ -342,9 +354,11 @@ class _Plan:
         states = [collection._states[key] for key in self.keys]  # every fused table, in order (_kernels_serve)
         return fused_ops().edo_collection_update(
             self.weights, [s[0] for s in states], [s[1] for s in states], self.ids, self.bounds,
-            grad if grad.dtype == paddle.float32 else grad.astype("float32"), collection._beta_pows, self.lengths, self.modes, self.paddings, self.batch,
+            grad if grad.dtype == paddle.float32 else grad.astype("float32"), collection._beta_pows, collection._steps,
+            self.lengths, self.modes, self.paddings, self.batch,
             [optimizer.rule] * count, [float(optimizer.learning_rate)] * count, [float(optimizer.epsilon)] * count,
-            [float(optimizer.beta1)] * count, [float(optimizer.beta2)] * count, [float(optimizer.weight_decay)] * count)
+            [float(optimizer.beta1)] * count, [float(optimizer.beta2)] * count, [float(optimizer.weight_decay)] * count,
+            [optimizer.state_format] * count)
 
 
 class _FusedTraining(paddle.autograd.PyLayer):

@@ -15,6 +15,8 @@ FUSED_RULES = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 2, "adam": 3, "rowwise
 # Paddle's defaults for its optimizers of the same name; row-wise Adagrad takes FBGEMM's
 DEFAULT_EPSILON = {"sgd": 0.0, "adagrad": 1e-6, "rowwise_adagrad": 1e-8, "adam": 1e-8, "rowwise_adam": 1e-8}
 STEP_COUNTED = ("adam", "rowwise_adam")  # rules that keep beta1^t and beta2^t per table
+# how the state is kept -> the kernel's number (optimizer_states.h); 16-bit states are stored as their int16 bits
+STATE_DTYPES = {"float32": 0, "bfloat16": 1, "float16": 2}
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,12 @@ class TableOptimizer:
     """One table's rule and hyper-parameters. Adam and row-wise Adam are lazy (only the batch's rows move,
     with one step count per table); row-wise Adam with ``beta1 = 0`` keeps no first moment (4 bytes of
     state per row); Adagrad's accumulators start at 0.
+
+    ``state_dtype``: the state in fp32, or in 16 bits (``bfloat16``: fp32's range; ``float16``: clipped to
+    65504 and flushed to zero below 2^-24, where Adam's second moments of small gradients fall) at half the
+    bytes: the rule runs in fp32 on each row's state and writes it back stochastically rounded (unbiased,
+    so that an accumulator's small increments are kept on average; the random bits hash the value, its
+    place and the table's step count, so a resumed run goes on exactly). The step counts stay as they are.
 
     ``weight_decay``: L2 on the batch's rows, ``g + weight_decay * w`` before the rule (FBGEMM's
     ``WeightDecayMode.L2``), so that it stays sparse. Paddle's optimizers given ``weight_decay`` add it to a
@@ -33,6 +41,7 @@ class TableOptimizer:
     beta1: float = 0.9
     beta2: float = 0.999
     weight_decay: float = 0.0
+    state_dtype: str = "float32"
 
     def __post_init__(self) -> None:
         if self.name not in FUSED_RULES:
@@ -42,6 +51,9 @@ class TableOptimizer:
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
             raise EdoValueError(f"table optimizer {self.name}: beta1 = {self.beta1}, beta2 = {self.beta2} must be in "
                                 f"[0, 1)")
+        if self.state_dtype not in STATE_DTYPES:
+            raise EdoValueError(f"table optimizer {self.name}: state_dtype = {self.state_dtype!r}; expected one of "
+                                f"{', '.join(map(repr, STATE_DTYPES))}")
         if not self.weight_decay >= 0:
             raise EdoValueError(f"table optimizer {self.name}: weight_decay = {self.weight_decay} must be >= 0")
         if self.epsilon is None:
@@ -63,14 +75,34 @@ class TableOptimizer:
                 "adam": (per_value, per_value), "rowwise_adam": (momentum, [rows])}[self.name]
 
     def state_bytes(self, rows: int, dim: int) -> int:
-        """Bytes of the table's optimizer state (fp32), the two step counters of Adam's rules included."""
+        """Bytes of the table's optimizer state: its values, the two fp32 step counts of Adam's rules, and
+        the int64 step count of 16-bit states' rounding."""
         first, second = self.state_shapes(rows, dim)
-        values = _count(first) + _count(second) + (2 if self.counts_steps else 0)
-        return 4 * values
+        counts = (8 if self.counts_steps else 0) + (8 if self.rounds_stochastically else 0)
+        return self.state_bytes_per_value * (_count(first) + _count(second)) + counts
+
+    @property
+    def rounds_stochastically(self) -> bool:
+        """Whether it keeps 16-bit state values (and a step count for their rounding)."""
+        return self.state_dtype != "float32" and self.name != "sgd"
+
+    @property
+    def state_bytes_per_value(self) -> int:
+        return 4 if self.state_dtype == "float32" else 2
+
+    @property
+    def stored_dtype(self) -> str:
+        """The dtype of the state tensors: float32, or int16 holding the 16-bit floats' bits."""
+        return "float32" if self.state_dtype == "float32" else "int16"
+
+    @property
+    def state_format(self) -> int:
+        return STATE_DTYPES[self.state_dtype]
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "learning_rate": self.learning_rate, "epsilon": self.epsilon,
-                "beta1": self.beta1, "beta2": self.beta2, "weight_decay": self.weight_decay}
+                "beta1": self.beta1, "beta2": self.beta2, "weight_decay": self.weight_decay,
+                "state_dtype": self.state_dtype}
 
 
 def _count(shape: list[int]) -> int:

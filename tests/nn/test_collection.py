@@ -176,27 +176,68 @@ def test_rowwise_adam_keeps_a_second_moment_per_row_and_a_first_per_value_or_non
     np.testing.assert_allclose(collection.optimizer_state()["t.state2"], v, rtol=1e-5, atol=1e-9)
 
 
+def bf16_values(bits):
+    return (np.asarray(bits).astype(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.mark.parametrize("state_dtype", ["bfloat16", "float16"])
+def test_16_bit_states_follow_the_fp32_rule_at_half_the_bytes(state_dtype):
+    results = {}
+    for dtype in ("float32", state_dtype):
+        collection = EmbeddingCollection(tables())
+        optimizer = TableOptimizer("adam", 0.01, state_dtype=dtype)
+        collection.bind_optimizer(optimizer)
+        for ids in batches(np.random.default_rng(5), 5):
+            collection(ids).sum().backward()
+        results[dtype] = collection
+    state = results[state_dtype].optimizer_state()
+    assert state["t2.state1"].dtype == np.int16 and state["t2.state1"].shape == (1000, 8)
+    assert TableOptimizer("adam", 0.01, state_dtype=state_dtype).state_bytes(1000, 8) == 2 * 2 * 8000 + 8 + 8
+    to_float = bf16_values if state_dtype == "bfloat16" else (lambda b: np.asarray(b).view(np.float16).astype(np.float32))
+    reference = results["float32"].optimizer_state()
+    tolerance = 2 ** -7 if state_dtype == "bfloat16" else 2 ** -10  # one unit in the last place, relative
+    np.testing.assert_allclose(to_float(state["t2.state1"]), reference["t2.state1"], rtol=2 * tolerance, atol=1e-6)
+    for key in ("t0", "t2", "t4"):
+        np.testing.assert_allclose(results[state_dtype][key].weight.numpy(), results["float32"][key].weight.numpy(),
+                                   rtol=0.05, atol=1e-3)
+
+
+def test_16_bit_accumulators_keep_small_increments_on_average():
+    paddle.seed(0)
+    collection = EmbeddingCollection({"t": DenseEmbedding(64, 4)})
+    collection.bind_optimizer(TableOptimizer("rowwise_adagrad", 1e-9, state_dtype="bfloat16"))
+    ids = [paddle.to_tensor(np.arange(64))]
+    collection(ids).sum().backward()  # each row's accumulator starts at 1 (gradient 1 everywhere)
+    for _ in range(1000):  # then 1000 increments of 1e-4, 1.3% of bf16's spacing at 1 (nearest would keep 1)
+        (collection(ids) * 0.01).sum().backward()
+    accumulators = bf16_values(collection.optimizer_state()["t.state1"])
+    # each row: 1 + 0.0078 x Binomial(1000, 0.0128), standard deviation 0.028
+    assert abs(accumulators.mean() - 1.1) < 0.012 and np.all(np.abs(accumulators - 1.1) < 0.12), accumulators
+
+
 def test_table_optimizers_refuse_betas_outside_their_range():
     with pytest.raises(EdoValueError, match=r"beta1 = 1.0, beta2 = 0.999 must be in \[0, 1\)"):
         TableOptimizer("adam", 0.01, beta1=1.0)
 
 
-@pytest.mark.parametrize("rule", ["adam", "rowwise_adam", "rowwise_adagrad"])
-def test_the_optimizer_state_resumes_exactly(rule):
+@pytest.mark.parametrize("rule,state_dtype", [("adam", "float32"), ("rowwise_adam", "float32"),
+                                              ("rowwise_adagrad", "float32"), ("adam", "bfloat16"),
+                                              ("adagrad", "float16")])
+def test_the_optimizer_state_resumes_exactly(rule, state_dtype):
     rng = np.random.default_rng(4)
     steps = batches(rng, 4)
     whole = EmbeddingCollection(tables())
-    whole.bind_optimizer(TableOptimizer(rule, 0.01))
+    whole.bind_optimizer(TableOptimizer(rule, 0.01, state_dtype=state_dtype))
     for ids in steps:
         whole(ids).sum().backward()
     first = EmbeddingCollection(tables())
-    first.bind_optimizer(TableOptimizer(rule, 0.01))
+    first.bind_optimizer(TableOptimizer(rule, 0.01, state_dtype=state_dtype))
     for ids in steps[:2]:
         first(ids).sum().backward()
     saved_weights = {k: v.numpy().copy() for k, v in first.state_dict().items()}
     saved = table_optimizer_state(paddle.nn.LayerList([first]))
     resumed = EmbeddingCollection(tables(seed=9))
-    resumed.bind_optimizer(TableOptimizer(rule, 0.01))
+    resumed.bind_optimizer(TableOptimizer(rule, 0.01, state_dtype=state_dtype))
     resumed.set_state_dict({k: paddle.to_tensor(v) for k, v in saved_weights.items()})
     load_table_optimizer_state(paddle.nn.LayerList([resumed]), saved, "test")
     for ids in steps[2:]:
