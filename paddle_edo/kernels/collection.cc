@@ -280,6 +280,11 @@ struct TableRule {
   int state_format;
   uint64_t salt;  // the table's place and step count, for 16-bit states' rounding: new random bits each step
 
+  // Whether state 1 / 2 sums squares (kept as its square root in fp16, whose range the sums of small
+  // gradients' squares fall below: their roots stay inside it).
+  bool Squares1() const { return rule == kAdagrad || rule == kRowwiseAdagrad; }
+  bool Squares2() const { return rule == kAdam || rule == kRowwiseAdam; }
+
   // Values of each state per row.
   int64_t Width1(int64_t dim) const {
     if (rule == kSgd || (rule == kRowwiseAdam && beta1 == 0.0f)) return 0;
@@ -306,9 +311,14 @@ struct TableRule {
     scratch->resize(w1 + w2);
     float* s1 = scratch->data();
     float* s2 = s1 + w1;
+    const bool root1 = state_format == kStateFp16 && Squares1(), root2 = state_format == kStateFp16 && Squares2();
     for (int64_t d = 0; d < w1; ++d) s1[d] = LoadState(state1, row * w1 + d, state_format);
     for (int64_t d = 0; d < w2; ++d) s2[d] = LoadState(state2, row * w2 + d, state_format);
+    if (root1) for (int64_t d = 0; d < w1; ++d) s1[d] *= s1[d];
+    if (root2) for (int64_t d = 0; d < w2; ++d) s2[d] *= s2[d];
     Apply(p, g, s1, s2, dim);
+    if (root1) for (int64_t d = 0; d < w1; ++d) s1[d] = std::sqrt(s1[d]);
+    if (root2) for (int64_t d = 0; d < w2; ++d) s2[d] = std::sqrt(s2[d]);
     const uint64_t place = salt ^ static_cast<uint64_t>(row) * 2 * (w1 + w2);
     for (int64_t d = 0; d < w1; ++d) StoreState(state1, row * w1 + d, s1[d], state_format, place + 2 * d);
     for (int64_t d = 0; d < w2; ++d) StoreState(state2, row * w2 + d, s2[d], state_format, place + 2 * d + 1);

@@ -3,7 +3,8 @@
 // fraction the 16 bits drop), which is unbiased, so that an accumulator's small increments are not lost as
 // round-to-nearest would lose them once the sum is large. The random bits are a hash of the value and its
 // place, so the same inputs give the same bits and a resumed run goes on exactly. fp16 clips to its
-// largest finite value, 65504, and flushes below 2^-24 to zero; bf16 keeps fp32's range.
+// largest finite value, 65504, and flushes below 2^-24 to zero (a rule keeps its sums of squares there as
+// their square roots: collection.cc); bf16 keeps fp32's range.
 #pragma once
 
 #include <cmath>

@@ -26,7 +26,8 @@ class TableOptimizer:
     state per row); Adagrad's accumulators start at 0.
 
     ``state_dtype``: the state in fp32, or in 16 bits (``bfloat16``: fp32's range; ``float16``: clipped to
-    65504 and flushed to zero below 2^-24, where Adam's second moments of small gradients fall) at half the
+    65504 and flushed to zero below 2^-24, so that sums of squares, Adagrad's accumulators and Adam's
+    second moments, whose small gradients' squares fall below it, are kept as their square roots) at half the
     bytes: the rule runs in fp32 on each row's state and writes it back stochastically rounded (unbiased,
     so that an accumulator's small increments are kept on average; the random bits hash the value, its
     place and the table's step count, so a resumed run goes on exactly). The step counts stay as they are.

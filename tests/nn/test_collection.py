@@ -180,6 +180,20 @@ def bf16_values(bits):
     return (np.asarray(bits).astype(np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+@pytest.mark.parametrize("rule", ["adam", "adagrad", "rowwise_adam"])
+def test_fp16_states_keep_the_squares_of_small_gradients(rule):
+    results = {}
+    for dtype in ("float32", "float16"):
+        collection = EmbeddingCollection(tables())
+        collection.bind_optimizer(TableOptimizer(rule, 0.01, state_dtype=dtype))
+        for ids in batches(np.random.default_rng(5), 5):  # gradients of 1e-4: squares 1e-8, below fp16's 2^-24
+            (collection(ids) * 1e-4).sum().backward()
+        results[dtype] = collection
+    for key in ("t0", "t2", "t4"):  # (stored as is, the squares would flush to 0, and the steps blow up)
+        np.testing.assert_allclose(results["float16"][key].weight.numpy(), results["float32"][key].weight.numpy(),
+                                   rtol=0.02, atol=2e-4)
+
+
 @pytest.mark.parametrize("state_dtype", ["bfloat16", "float16"])
 def test_16_bit_states_follow_the_fp32_rule_at_half_the_bytes(state_dtype):
     results = {}
