@@ -137,7 +137,8 @@ class Engine:
     # ----------------------------------------------------------------- state
     def state(self) -> dict[str, Any]:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "table_optimizer": table_optimizer_state(self.model), "epoch": self.epoch, "step_in_epoch": self.step_in_epoch, "global_step": self.global_step,
+                "table_optimizer": table_optimizer_state(self.model),
+                "table_rule": self.table_optimizer.describe() if self.table_optimizer else None, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch, "global_step": self.global_step,
                 "history": self.history,
                 "config": checkpoint_sections(self.config)}
 
@@ -159,9 +160,25 @@ class Engine:
         load_model_state(self.model, state["model"], str(path))
         self.optimizer.set_state_dict(state["optimizer"])
         if table_optimizer:
+            self._check_table_rule(state.get("table_rule", "unrecorded"), path)
             load_table_optimizer_state(self.model, state.get("table_optimizer", {}), f"checkpoint {path}")
         self.epoch, self.step_in_epoch = state["epoch"], state["step_in_epoch"]
         self.global_step, self.history = state["global_step"], list(state["history"])
+
+    def _check_table_rule(self, saved: dict[str, Any] | None | str, path: str | Path) -> None:
+        """Refuse a checkpoint whose tables trained with another fused rule or state format than this run's
+        (a checkpoint from before rules were recorded is not checked)."""
+        if saved == "unrecorded":
+            return
+        now = self.table_optimizer.describe() if self.table_optimizer else None
+        for key in ("name", "state_dtype"):
+            before, after = (saved or {}).get(key), (now or {}).get(key)
+            if before != after:
+                def shown(value: Any) -> str:
+                    return repr(value) if value is not None else "none (Paddle's optimizer)"
+                raise CheckpointError(f"checkpoint {path} trained its tables with train.table_optimizer.{key} "
+                                      f"{shown(before)}, this run with {shown(after)}; resume it with the same "
+                                      f"train.table_optimizer")
 
     def table_frequencies(self) -> dict[str, np.ndarray] | None:
         """Each table's id counts in the training split, by table name (None for streamed data, which would

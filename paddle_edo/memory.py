@@ -181,8 +181,8 @@ def memory_report(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer 
     if optimizer is not None and type(optimizer).__name__ not in PADDLE_STATES:
         raise EdoValueError(f"memory_report: optimizer {type(optimizer).__name__} has no state formula; known: "
                             f"{', '.join(PADDLE_STATES)}")
-    fused = {id(collection[key].weight): (collection, key) for collection in collections_of(model).values()
-             for key in collection.trained_tables()}
+    fused = {id(collection[key]): (collection, key) for collection in collections_of(model).values()
+             for key in collection.trained_tables()}  # (a table packed after training keeps its state there)
     tables = []
     for name, layer in embedding_layers(model):
         if isinstance(layer, EmbeddingBase):
@@ -205,14 +205,14 @@ def _optimizer_state(layer: paddle.nn.Layer, fused: dict, optimizer: paddle.opti
                      ) -> tuple[str, int, int]:
     """(rule, estimated bytes, held bytes) of the optimizer state kept for a table's parameters."""
     rules, estimate, held = [], 0, 0
-    for parameter in layer.parameters():
-        if id(parameter) in fused:
-            collection, key = fused[id(parameter)]
-            rows, dim = parameter.shape
+    for part in layer.sublayers(include_self=True):  # a composite's parts may be a collection's tables
+        if id(part) in fused:
+            collection, key = fused[id(part)]
             rules.append(f"{collection.optimizer.name} (fused)")
-            estimate += collection.optimizer.state_bytes(rows, dim)
+            estimate += collection.optimizer.state_bytes(part.num_embeddings, part.embedding_dim)
             held += collection.state_held_bytes(key)
-        elif optimizer is not None and not parameter.stop_gradient and _trains(optimizer, parameter):
+    for parameter in layer.parameters():
+        if optimizer is not None and not parameter.stop_gradient and _trains(optimizer, parameter):
             per_value, single = PADDLE_STATES[type(optimizer).__name__]
             rules.append(type(optimizer).__name__.lower())
             estimate += (per_value * int(parameter.size) + single) * parameter.element_size()

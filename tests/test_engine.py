@@ -103,6 +103,20 @@ def test_resuming_with_another_model_config_is_refused(tmp_path):
         Engine(config).fit()
 
 
+@pytest.mark.parametrize("changed,key,before,after", [
+    ({"name": "rowwise_adagrad"}, "name", "'adam'", "'rowwise_adagrad'"),
+    ({"state_dtype": "bfloat16"}, "state_dtype", "'float32'", "'bfloat16'")])
+def test_resuming_with_another_table_rule_or_state_format_is_refused(tmp_path, changed, key, before, after):
+    Engine(small_synthetic_config(tmp_path / "run", epochs=1)).fit()
+    config = small_synthetic_config(tmp_path / "run", epochs=2, resume=True,
+                                    table_optimizer={"name": "adam", **changed})
+    with pytest.raises(CheckpointError, match=rf"trained its tables with train.table_optimizer.{key} {before}, this "
+                                              rf"run with {after}; resume it with the same train.table_optimizer"):
+        Engine(config).fit()
+    resumed = small_synthetic_config(tmp_path / "run", epochs=2, resume=True, table_optimizer={"name": "adam"})
+    assert Engine(resumed).fit()["test_auc"] > 0.5  # the same rule, named or not, goes on
+
+
 def test_damaged_checkpoint_is_reported(tmp_path):
     bad = tmp_path / "bad.pdckpt"
     bad.write_bytes(b"garbage")

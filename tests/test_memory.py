@@ -137,3 +137,12 @@ def test_a_collections_fused_state_is_counted_for_each_of_its_tables(rule, state
     text = str(report)
     assert "state estimated" in text and f"{rule} (fused)" in text
     assert ("their optimizer state" in text) == (rule != "sgd")
+
+
+def test_a_composite_tables_fused_parts_are_counted_under_it():
+    from paddle_edo.nn import CharWordEmbedding
+    model = paddle.nn.LayerDict({"text": CharWordEmbedding(100, 8, "gate", num_chars=30)})
+    bind_table_optimizer(model, TableOptimizer("rowwise_adagrad", 0.1))
+    (table,) = memory_report(model).tables
+    assert table.optimizer == "rowwise_adagrad (fused)"
+    assert table.optimizer_estimated_bytes == table.optimizer_held_bytes == (100 + 30) * 4  # words and characters
