@@ -407,8 +407,9 @@ def cache_benchmark(quick: bool, skip_hit_rates: bool, threads: int, out: Path) 
     from tools import bench_cache
 
     stem = out / ("cache_quick" if quick else "cache")
-    if skip_hit_rates:
-        hit_rates = json.loads(stem.with_suffix(".json").read_text())["hit_rates"]
+    if skip_hit_rates:  # keep an earlier run's hit rates in this folder, if there is one
+        earlier = stem.with_suffix(".json")
+        hit_rates = json.loads(earlier.read_text())["hit_rates"] if earlier.is_file() else {"hit_rates": []}
     else:
         rows_list = [100_000] if quick else [1_000_000, 10_000_000]
         ids_per_step = 512 if quick else 4096

@@ -118,11 +118,16 @@ def step_time_benchmark(rows: int, dim: int, batch: int, ids_per_sample: int, ra
 
 
 def markdown(hit_rates: dict, step_times: list[dict]) -> str:
-    lines = ["| rows | cache | LRU | LFU | Belady | LRU / Belady | LFU / Belady |", "|---|---|---|---|---|---|---|"]
-    for e in hit_rates["hit_rates"]:
-        lines.append(f"| {e['rows']:,} | {e['cache_ratio']:.0%} | {e['lru']:.4f} | {e['lfu']:.4f} | "
-                     f"{e['belady']:.4f} | {e['lru_vs_belady']:.3f} | {e['lfu_vs_belady']:.3f} |")
-    lines += ["", "| device | rows | cache | step ms resident | cache, no prefetch | cache, prefetch | "
+    """The hit rates' table (none when the run skipped them, in a folder without earlier ones) and the step
+    times' table."""
+    lines = []
+    if hit_rates["hit_rates"]:
+        lines += ["| rows | cache | LRU | LFU | Belady | LRU / Belady | LFU / Belady |", "|---|---|---|---|---|---|---|"]
+        for e in hit_rates["hit_rates"]:
+            lines.append(f"| {e['rows']:,} | {e['cache_ratio']:.0%} | {e['lru']:.4f} | {e['lfu']:.4f} | "
+                         f"{e['belady']:.4f} | {e['lru_vs_belady']:.3f} | {e['lfu_vs_belady']:.3f} |")
+        lines.append("")
+    lines += ["| device | rows | cache | step ms resident | cache, no prefetch | cache, prefetch | "
               "ratio (prefetch) | cache of half a batch (rows) | its ms | rows from the host a step |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for r in step_times:

@@ -14,11 +14,17 @@ class Watchdog:
     """A process that, after ``seconds`` unless cancelled, says why on this process's stdout and kills it
     (which fails the launcher's job). A process, not a timer thread: a trainer stalled in Paddle's C++
     start-up barriers holds the GIL, so a thread never runs (seen: geo trainers stalled past every bound
-    while another process kept a core busy). It ends by itself once this process is gone."""
+    while another process kept a core busy). It ends by itself within half a second of this process, which
+    it checks for twice a second (a watchdog that slept its whole bound outlived short jobs by up to
+    distributed.timeout_s)."""
 
     _CODE = ("import os, signal, sys, time\n"
              "parent, seconds, reason = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]\n"
-             "time.sleep(seconds)\n"
+             "deadline = time.monotonic() + seconds\n"
+             "while time.monotonic() < deadline:\n"
+             "    if os.getppid() != parent:\n"
+             "        sys.exit(0)\n"
+             "    time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))\n"
              "if os.getppid() == parent:\n"
              "    print(f'paddle_edo: {reason}; exiting', flush=True)\n"
              "    os.kill(parent, signal.SIGKILL)\n")

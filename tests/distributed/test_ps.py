@@ -357,6 +357,19 @@ def test_a_process_past_its_bound_says_why_and_fails_unless_the_bound_was_cancel
     assert stalled.stdout == "paddle_edo: trainer 0: fleet.init_worker() did not return; exiting\n"
 
 
+def test_a_bound_ends_within_a_second_of_its_process():
+    script = ("from paddle_edo.distributed.processes import exit_after; "
+              "print(exit_after(600, 'trainer 0: passed its bound').process.pid, flush=True)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    watchdog = int(done.stdout.split()[-1])
+    deadline = time.monotonic() + 3
+    while Path(f"/proc/{watchdog}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    status = Path(f"/proc/{watchdog}/stat").read_text().split()[2] if Path(f"/proc/{watchdog}").exists() else "gone"
+    assert status in ("gone", "Z")  # ended (a zombie waits only for its reaper)
+
+
 @pytest.mark.skipif(has_parameter_servers(), reason="this Paddle has parameter servers")
 def test_without_parameter_servers_a_ps_job_stops_at_start_naming_the_builds_that_have_them(tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "tools" / "train.py"), "-c", str(CONFIG), "-o",

@@ -1,0 +1,11 @@
+import json
+
+from tools.bench import cache_benchmark
+
+
+def test_the_step_times_alone_run_in_a_fresh_folder(tmp_path):
+    assert cache_benchmark(quick=True, skip_hit_rates=True, threads=1, out=tmp_path) == 0
+    written = json.loads((tmp_path / "cache_quick.json").read_text())
+    assert written["hit_rates"] == {"hit_rates": []} and written["step_time"][0]["settings"]["rows"] == 100_000
+    table = (tmp_path / "cache_quick.md").read_text()
+    assert table.startswith("| device | rows | cache |") and "Belady" not in table
