@@ -26,23 +26,22 @@ def fused_table_optimizer(config: dict[str, Any], world_size: int = 1, device: s
     ``embedding.collection: false``; a ``train.table_optimizer.name`` the run cannot fuse is refused
     (ConfigError naming why), as no Paddle optimizer has the row-wise rules."""
     train = config["train"]
-    section = train.get("table_optimizer", {})
-    name = section.get("name") or train["optimizer"]
+    section = train["table_optimizer"]
+    name = section["name"] or train["optimizer"]
     blocked = [reason for reason, applies in (
         ("train.amp.enable is true", train["amp"]["enable"]), (f"{world_size} ranks train", world_size > 1),
         ("monitor.enable is true", config["monitor"]["enable"]),
         ("embedding.collection is false", not config["embedding"].get("collection", True)),
         (f"the device is {device!r}, not the CPU", device != "cpu"),
         ("paddle_edo's native kernels are not built", fused_ops() is None)) if applies]
-    if blocked and section.get("name"):
+    if blocked and section["name"]:
         raise ConfigError(f"train.table_optimizer.name = {name!r} trains tables in a collection's fused backward, "
                           f"which this run cannot use: {blocked[0]} (drop train.table_optimizer.name to train "
                           f"tables with train.optimizer)")
     if blocked or name not in FUSED_RULES:
         return None
-    return TableOptimizer(name, train["embedding_learning_rate"] or train["learning_rate"],
-                          beta1=section.get("beta1", 0.9), beta2=section.get("beta2", 0.999),
-                          weight_decay=section.get("weight_decay", 0.0), state_dtype=section.get("state_dtype", "float32"))
+    return TableOptimizer(name, train["embedding_learning_rate"] or train["learning_rate"], beta1=section["beta1"],
+                          beta2=section["beta2"], weight_decay=section["weight_decay"], state_dtype=section["state_dtype"])
 
 
 def create_optimizer(train: dict[str, Any], model: paddle.nn.Layer | None = None,
