@@ -12,7 +12,7 @@ STAMP3 := $(VENV3)/.installed-$(shell cat requirements-paddle3.txt setup.py | ck
 PYTEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-paddle3 setup-peers data kernels demo test test-paddle26 test-paddle3 clean
+.PHONY: setup setup-paddle3 setup-peers data kernels redis-server demo test test-paddle26 test-paddle3 clean
 
 $(STAMP): requirements.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -56,10 +56,18 @@ demo: data kernels
 
 test: test-paddle26 test-paddle3
 
-test-paddle26: data kernels $(TEST_STAMP)
+# the Redis tests start their own redis-server: installed here from Debian's packages when missing and
+# possible (root with apt-get); elsewhere install Redis >= 6 yourself, or those tests are skipped saying so
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { apt-get install -y -q redis-server >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q redis-server >/dev/null 2>&1; }; }; } || \
+	  echo "redis-server is not installed and could not be: the Redis tests will be skipped"
+
+test-paddle26: data kernels redis-server $(TEST_STAMP)
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS) tests
 
-test-paddle3: data $(STAMP3)
+test-paddle3: data redis-server $(STAMP3)
 	$(PY3) -m paddle_edo.kernels
 	$(PY3) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS) tests
 

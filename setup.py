@@ -32,8 +32,9 @@ setup(
         "gpu": ["paddlepaddle-gpu==2.6.2", "numpy<2", "protobuf<5"],
         "test": ["pytest>=7", "pytest-xdist>=3"],
         "faiss": ["faiss-cpu"],  # ClusteredEmbedding's K-Means runs on faiss when present, numpy otherwise
-        # tools/serve_tables.py's HTTP service (paddle_edo.serving.create_app)
-        "serving": ["starlette>=0.37", "uvicorn>=0.29", "faiss-cpu"],
+        # tools/serve_tables.py's HTTP service (paddle_edo.serving.create_app) and the Redis store (a Redis server
+        # itself comes from the system: Debian's redis-server)
+        "serving": ["starlette>=0.37", "uvicorn>=0.29", "faiss-cpu", "redis>=5"],
         # benchmark-only peers and clients (never needed by the package): bench.py serving's load test, bench.py
         # text's TF-IDF baseline and People's Daily word vectors (tools/get_data.py word-vectors)
         "bench": ["aiohttp", "scikit-learn", "gensim>=4.3"],

@@ -40,6 +40,11 @@ class DivergedError(EdoRuntimeError):
     """The loss became NaN or infinite: raised before a checkpoint is written, so the last one stays."""
 
 
+class StoreUnavailableError(EdoError, ConnectionError):
+    """A store of served tables cannot be reached now (a Redis server down or restarting): the service
+    answers 503 and tries again at the next request."""
+
+
 class EdoFileNotFoundError(EdoError, FileNotFoundError):
     """A file or folder that should be there is not."""
 

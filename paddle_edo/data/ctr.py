@@ -35,6 +35,7 @@ class CTRTable:
     targets: dict[str, np.ndarray] = dataclass_field(default_factory=dict)
     dense: np.ndarray | None = None
     dense_features: list[str] = dataclass_field(default_factory=list)
+    values: dict[str, list] = dataclass_field(default_factory=dict)  # field -> raw values in id order (None: no value)
 
     def __post_init__(self) -> None:
         n = len(self.labels)
@@ -54,7 +55,7 @@ class CTRTable:
     def take(self, index: np.ndarray) -> "CTRTable":
         return CTRTable(self.fields, {k: v[index] for k, v in self.ids.items()}, self.labels[index],
                         {k: v[index] for k, v in self.targets.items()},
-                        None if self.dense is None else self.dense[index], self.dense_features)
+                        None if self.dense is None else self.dense[index], self.dense_features, self.values)
 
     def shard(self, rank: int, world_size: int) -> "CTRTable":
         """Rank ``rank``'s rows: every rank gets the same count (collective steps need all ranks), so up to
@@ -102,6 +103,7 @@ class Splits:
     test: CTRTable
     extra: dict[str, CTRTable] = dataclass_field(default_factory=dict)  # named subsets also evaluated
     vocabularies: dict[str, Any] = dataclass_field(default_factory=dict)  # field -> paddle_edo.text.Vocab
+    values: dict[str, list] = dataclass_field(default_factory=dict)  # field -> raw values in id order (None: no value)
     plan: Any = None  # a user's files: the DataPlan that maps their raw values (paddle_edo.data.tabular)
 
     @property
@@ -122,8 +124,8 @@ def split_rows(rows: int, fractions: list[float], seed: int) -> tuple[np.ndarray
 
 
 def split_table(table: CTRTable, fractions: list[float], seed: int) -> Splits:
-    """A seeded random train / valid / test split."""
-    return Splits(*(table.take(rows) for rows in split_rows(len(table), fractions, seed)))
+    """A seeded random train / valid / test split (the table's raw values go to the splits)."""
+    return Splits(*(table.take(rows) for rows in split_rows(len(table), fractions, seed)), values=table.values)
 
 
 def count_frequencies(table: "CTRTable | Any") -> dict[str, np.ndarray]:

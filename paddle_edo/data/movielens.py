@@ -37,6 +37,10 @@ class _Vocab:
     def __call__(self, token: str) -> int:
         return self.index[token]
 
+    def tokens(self) -> list[str | None]:
+        """The tokens in id order (None for id 0)."""
+        return [None, *self.index]
+
 
 def _age_bucket(age: str) -> str:
     return str(int(np.searchsorted(AGE_BUCKETS, int(age), side="right")))
@@ -46,8 +50,15 @@ def _decade(year: str) -> str:
     return year[:3] + "0s" if year.isdigit() and len(year) == 4 else "unknown"
 
 
+def _film(item: dict[str, str]) -> str:
+    year = item.get("release_year", "")
+    return f"{item['movie_title']} ({year})" if year.isdigit() else item["movie_title"]
+
+
 def load_movielens(cache_dir: str | Path | None = None) -> CTRTable:
-    """All 100,000 ratings as one CTR table; see ``split_table`` for the seeded split."""
+    """All 100,000 ratings as one CTR table, with each field's raw values in id order (films as
+    "title (year)", users by their id, the other fields' tokens); see ``split_table`` for the seeded
+    split."""
     folder = fetch("movielens", cache_dir)
     _, ratings = _read_atomic(folder / "ml-100k.inter")
     user_header, users = _read_atomic(folder / "ml-100k.user")
@@ -72,14 +83,18 @@ def load_movielens(cache_dir: str | Path | None = None) -> CTRTable:
     }
     columns: dict[str, np.ndarray] = {}
     fields: list[FieldSpec] = []
+    values: dict[str, list[str | None]] = {}
     for name, get in user_feats.items():
         vocab = _Vocab(get(u) for u in users_by_id.values())
         columns[name] = np.array([vocab(get(users_by_id[r[0]])) for r in ratings], dtype=np.int64)
         fields.append(FieldSpec(name, len(vocab)))
+        values[name] = vocab.tokens()
     for name, get in item_feats.items():
         vocab = _Vocab(get(i) for i in items_by_id.values())
         columns[name] = np.array([vocab(get(items_by_id[r[1]])) for r in ratings], dtype=np.int64)
         fields.append(FieldSpec(name, len(vocab)))
+        values[name] = vocab.tokens()
+    values["item_id"] = [None, *(_film(items_by_id[token]) for token in values["item_id"][1:])]
 
     genres = {k: v["class"].split() for k, v in items_by_id.items()}
     genre_vocab = _Vocab(g for gs in genres.values() for g in gs)
@@ -87,8 +102,9 @@ def load_movielens(cache_dir: str | Path | None = None) -> CTRTable:
     padded = {k: [genre_vocab(g) for g in gs] + [0] * (max_len - len(gs)) for k, gs in genres.items()}
     columns["genres"] = np.array([padded[r[1]] for r in ratings], dtype=np.int64)
     fields.append(FieldSpec("genres", len(genre_vocab), max_len))
+    values["genres"] = genre_vocab.tokens()
 
     rating = np.array([float(r[2]) for r in ratings], dtype=np.float32)
-    table = CTRTable(fields, columns, (rating >= 4.0).astype(np.float32), {"rating": rating})
+    table = CTRTable(fields, columns, (rating >= 4.0).astype(np.float32), {"rating": rating}, values=values)
     table.validate(str(folder))
     return table

@@ -1,7 +1,7 @@
 """An HTTP lookup service over exported tables (Starlette, run by uvicorn): rows by id or raw value, top-k
 neighbours, health and statistics. Concurrent requests for one table are answered together (one
 vectorised lookup or FAISS search on a worker thread); a malformed request gets a 4xx answer naming what
-is wrong, and the service keeps serving."""
+is wrong, a store out of reach (Redis down) 503, and the service keeps serving."""
 from __future__ import annotations
 
 import asyncio
@@ -20,9 +20,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ..errors import EdoError
+from ..errors import EdoError, StoreUnavailableError
+from .reader import TableReader
 from .retrieval import NeighbourIndex
-from .store import TableStore
 
 logger = logging.getLogger("paddle_edo")
 LATENCY_WINDOW = 10_000  # recent requests whose latencies /stats summarises
@@ -101,7 +101,7 @@ class Batcher:
 class TableService:
     """The state behind the routes: tables, their indexes, batchers and counters."""
 
-    def __init__(self, tables: dict[str, TableStore], indexes: dict[str, NeighbourIndex],
+    def __init__(self, tables: dict[str, TableReader], indexes: dict[str, NeighbourIndex],
                  settings: ServiceSettings) -> None:
         self.tables, self.indexes, self.settings = tables, indexes, settings
         for name, index in indexes.items():
@@ -117,11 +117,11 @@ class TableService:
         self.neighbour_batchers = {name: Batcher(self._neighbours_of(index), window, settings.max_batch,
                                                  self.executor) for name, index in indexes.items()}
         self.latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
-        self.counts = {"requests": 0, "refused": 0, "failed": 0}
+        self.counts = {"requests": 0, "refused": 0, "unavailable": 0, "failed": 0}
         self.started = time.time()
 
     @staticmethod
-    def _rows_of(store: TableStore) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
+    def _rows_of(store: TableReader) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
         def serve(id_lists: list[np.ndarray]) -> list[np.ndarray]:
             rows = store.rows(np.concatenate(id_lists))
             return np.split(rows, np.cumsum([len(ids) for ids in id_lists])[:-1])
@@ -135,7 +135,7 @@ class TableService:
             return [(scores[i, :k_i], ids[i, :k_i]) for i, (_, k_i) in enumerate(queries)]
         return serve
 
-    def table(self, body: dict[str, Any]) -> TableStore:
+    def table(self, body: dict[str, Any]) -> TableReader:
         name = body.get("table")
         if name is None and len(self.tables) == 1:
             return next(iter(self.tables.values()))
@@ -143,7 +143,7 @@ class TableService:
             raise RequestError(404, f"table {name!r} is not served; tables: {', '.join(self.tables)}")
         return self.tables[name]
 
-    def ids_of(self, store: TableStore, body: dict[str, Any]) -> tuple[np.ndarray, list[bool]]:
+    def ids_of(self, store: TableReader, body: dict[str, Any]) -> tuple[np.ndarray, list[bool]]:
         """The ids a request names (``ids`` or ``values``), checked."""
         if ("ids" in body) == ("values" in body):
             raise RequestError(400, "give either 'ids' (a list of integers) or 'values' (a list of raw values)")
@@ -165,6 +165,8 @@ class TableService:
             raise RequestError(400, "'values' must hold strings or numbers")
         try:
             ids, known = store.ids_of_values(items)
+        except StoreUnavailableError:
+            raise
         except EdoError as exc:
             raise RequestError(400, str(exc)) from None
         unknown = [v for v, k, i in zip(items, known, ids) if not k and i < 0]
@@ -178,7 +180,7 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def create_app(tables: dict[str, TableStore], indexes: dict[str, NeighbourIndex] | None = None,
+def create_app(tables: dict[str, TableReader], indexes: dict[str, NeighbourIndex] | None = None,
                settings: ServiceSettings = ServiceSettings()) -> Starlette:
     """The Starlette app serving these tables (and these indexes, by table name)."""
     service = TableService(tables, indexes or {}, settings)
@@ -207,6 +209,9 @@ def create_app(tables: dict[str, TableStore], indexes: dict[str, NeighbourIndex]
             except RequestError as exc:
                 service.counts["refused"] += 1
                 response = _error(exc.status, str(exc))
+            except StoreUnavailableError as exc:  # the client reconnects at a later request
+                service.counts["unavailable"] += 1
+                response = _error(503, str(exc))
             except EdoError as exc:
                 service.counts["refused"] += 1
                 response = _error(400, str(exc))
@@ -218,6 +223,9 @@ def create_app(tables: dict[str, TableStore], indexes: dict[str, NeighbourIndex]
         return route
 
     async def health(request: Request) -> JSONResponse:
+        loop = asyncio.get_running_loop()
+        for store in tables.values():  # raises StoreUnavailableError (503) while a store is out of reach
+            await loop.run_in_executor(service.executor, store.ping)
         return JSONResponse({"status": "ok", "tables": list(tables), "indexes": list(service.indexes)})
 
     async def stats(request: Request) -> JSONResponse:
@@ -229,7 +237,8 @@ def create_app(tables: dict[str, TableStore], indexes: dict[str, NeighbourIndex]
             "latency_ms": {q: float(np.percentile(latencies, p)) if latencies.size else None
                            for q, p in (("p50", 50), ("p99", 99), ("max", 100))},
             "batches": batches, "mean_batch": items / batches if batches else None,
-            "tables": {name: store.info() for name, store in tables.items()},
+            "tables": await asyncio.get_running_loop().run_in_executor(
+                service.executor, lambda: {name: store.info() for name, store in tables.items()}),
             "indexes": {name: {"rows": index.rows, "dim": index.dim, "kind": index.spec.kind,
                                "metric": index.spec.metric, "codec": index.spec.codec}
                         for name, index in service.indexes.items()}})
@@ -237,7 +246,7 @@ def create_app(tables: dict[str, TableStore], indexes: dict[str, NeighbourIndex]
     async def rows(request: Request) -> JSONResponse:
         body = await body_of(request)
         store = service.table(body)
-        ids, known = service.ids_of(store, body)
+        ids, known = await asyncio.get_running_loop().run_in_executor(service.executor, service.ids_of, store, body)
         found = await service.row_batchers[store.name].submit(ids)
         return JSONResponse({"table": store.name, "ids": ids.tolist(), "known": known, "rows": found.tolist()})
 
@@ -262,12 +271,15 @@ def create_app(tables: dict[str, TableStore], indexes: dict[str, NeighbourIndex]
             query = np.asarray(vector, dtype=np.float32)
         else:
             key = "ids" if given[0] == "id" else "values"
-            ids, _ = service.ids_of(store, {key: [body[given[0]]]})
+            ids, _ = await asyncio.get_running_loop().run_in_executor(service.executor, service.ids_of, store,
+                                                                      {key: [body[given[0]]]})
             query_id = int(ids[0])
             query = (await service.row_batchers[store.name].submit(ids))[0]
         scores, found = await service.neighbour_batchers[store.name].submit((query, k + (query_id is not None)))
-        answer = [{"id": int(i), "score": float(s), "value": store.value_of(int(i))}
-                  for s, i in zip(scores, found) if i >= 0 and i != query_id][:k]
+        kept = [(float(s), int(i)) for s, i in zip(scores, found) if i >= 0 and i != query_id][:k]
+        values = await asyncio.get_running_loop().run_in_executor(service.executor, store.values_of,
+                                                                  [i for _, i in kept])
+        answer = [{"id": i, "score": s, "value": v} for (s, i), v in zip(kept, values)]
         return JSONResponse({"table": store.name, "query_id": query_id, "neighbors": answer})
 
     @asynccontextmanager

@@ -11,9 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..data.hashing import stable_hash
-from ..errors import DataError, EdoIndexError, EdoKeyError
+from ..errors import DataError, EdoKeyError
 from ..data.vocabulary import file_digest
-from .format import decode_rows, hashed_buckets, open_packed, read_manifest
+from .format import open_packed, read_manifest
+from .reader import TableReader
 
 
 class ValueIds:
@@ -40,21 +41,19 @@ class ValueIds:
         return self.values[row_id].as_py() if 0 <= row_id < len(self.values) else None
 
 
-class TableStore:
+class TableStore(TableReader):
     """One exported table, memory-mapped. ``rows(ids)`` -> float32 [n, dim] (packed rows decoded, hash
-    tables combined from their shared rows); ``rows_for_values(values)`` looks ids up in the saved
-    values first; ``resident_bytes()`` is what the mapping holds in memory now."""
+    tables combined from their shared rows); ``ids_of_values(values)`` finds ids through the saved values;
+    ``resident_bytes()`` is what the mapping holds in memory now."""
 
     def __init__(self, folder: Path, name: str, entry: dict[str, Any], verify: bool = False) -> None:
-        self.folder, self.name, self.entry = folder, name, entry
+        super().__init__(name, entry)
+        self.folder = folder
         self.path = folder / entry["file"]
         if not self.path.is_file():
             raise DataError(f"table {name!r}: {self.path} is missing")
         if verify:
             self.verify()
-        self.kind, self.dim, self.num_rows = entry["kind"], int(entry["dim"]), int(entry["rows"])
-        self.padding_idx = entry.get("padding_idx")
-        self.format = entry.get("format", "float32")
         self.codes = self.params = None
         if self.kind == "packed":
             header, self.codes, self.params = open_packed(self.path)
@@ -69,12 +68,9 @@ class TableStore:
             except ValueError as exc:
                 raise DataError(f"{self.path} is truncated or damaged ({exc})") from None
             read_randomly(self.matrix)
-            expected_rows = entry["num_buckets"] if self.kind == "hashed" else self.num_rows
-            width = self.dim // entry["num_hashes"] if entry.get("combine") == "concat" else self.dim
-            if self.matrix.shape != (expected_rows, width):
+            if self.matrix.shape != (self.stored_rows, self.stored_width):
                 raise DataError(f"{self.path}: rows of shape {self.matrix.shape}, tables.json says "
-                                f"{(expected_rows, width)}")
-        self.coefficients = np.asarray(entry["coefficients"], dtype=np.int64) if self.kind == "hashed" else None
+                                f"{(self.stored_rows, self.stored_width)}")
         self.value_ids: ValueIds | None = None
         if entry.get("values"):
             values = pq.read_table(folder / entry["values"])["value"].combine_chunks()
@@ -101,55 +97,22 @@ class TableStore:
             raise DataError(f"{self.path} does not match its checksum in tables.json: the export is damaged "
                             f"or was changed")
 
-    def check_ids(self, ids: np.ndarray) -> None:
-        if self.kind == "hashed":
-            return  # any id hashes to rows
-        bad = (ids < 0) | (ids >= self.num_rows)
-        if bad.any():
-            raise EdoIndexError(f"table {self.name!r}: id {int(ids[bad][0])} is out of range [0, {self.num_rows})")
+    def stored_floats(self, rows: np.ndarray) -> np.ndarray:
+        return np.asarray(self.matrix[rows], dtype=np.float32)
 
-    def rows(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
-        """float32 [n, dim] rows of the ids (the padding row, if any, reads as stored: zeros)."""
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        self.check_ids(ids)
-        if self.kind == "packed":
-            return decode_rows(self.codes[ids], None if self.params is None else self.params[ids], self.format,
-                               self.dim)
-        if self.kind == "rows":
-            return np.asarray(self.matrix[ids], dtype=np.float32)
-        buckets = hashed_buckets(ids, self.coefficients, self.entry["num_buckets"])
-        parts = self.matrix[buckets.reshape(-1)].reshape(len(ids), buckets.shape[1], -1)
-        combine = self.entry["combine"]
-        rows = parts.reshape(len(ids), -1) if combine == "concat" else parts.sum(axis=1)
-        if combine == "mean":
-            rows = rows * np.float32(1.0 / self.entry["num_hashes"])
-        if self.padding_idx is not None:
-            rows[ids == self.padding_idx] = 0.0
-        return np.asarray(rows, dtype=np.float32)
+    def stored_packed(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        return self.codes[rows], None if self.params is None else self.params[rows]
 
-    def ids_of_values(self, values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, known) of raw values: through the saved values; hashed fields by the stable hash; values
-        without an id get the unknown id where the table has one, else -1."""
-        if self.entry.get("id_source") == "hash":
-            ids = stable_hash(pa.array([None if v is None else str(v) for v in values], pa.string()))
-            return ids, ids != 0
-        if self.value_ids is None:
-            raise EdoKeyError(f"table {self.name!r} was exported without its values; look rows up by id")
-        ids, known = self.value_ids.ids(values)
-        if self.value_ids.unknown_id is not None:
-            ids = np.where(known, ids, self.value_ids.unknown_id)
-        return ids, known
+    def known_value_ids(self, values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        return self.value_ids.ids(values)
 
     def value_of(self, row_id: int) -> str | None:
-        """The raw value of an id (None if the table has no values or the id has none)."""
         return self.value_ids.value(row_id) if self.value_ids is not None else None
 
     def all_rows(self, chunk: int = 262_144) -> np.ndarray:
-        """Every row as float32 [num_rows, dim] (decoded in chunks; for building indexes)."""
         if self.kind == "rows":
             return np.asarray(self.matrix, dtype=np.float32)
-        return np.concatenate([self.rows(np.arange(s, min(s + chunk, self.num_rows)))
-                               for s in range(0, self.num_rows, chunk)])
+        return super().all_rows(chunk)
 
     def resident_bytes(self) -> int:
         """Bytes of this table's file mapped into memory now (Linux /proc/self/smaps; 0 elsewhere)."""

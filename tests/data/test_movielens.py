@@ -47,3 +47,18 @@ def test_frequencies_count_ids(movielens):
     counts = count_frequencies(movielens)
     assert counts["user_id"].sum() == 100_000 and counts["user_id"][0] == 0
     assert counts["genres"][0] == 0 and counts["genres"].sum() == (movielens.ids["genres"] != 0).sum()
+
+
+def test_every_field_keeps_its_raw_values_in_id_order(movielens):
+    raw = raw_ratings()
+    values = movielens.values
+    assert set(values) == {f.name for f in movielens.fields}
+    assert all(len(values[f.name]) == f.vocab_size and values[f.name][0] is None for f in movielens.fields)
+    for raw_row, uid, iid in zip(raw[:2000], movielens.ids["user_id"][:2000], movielens.ids["item_id"][:2000]):
+        assert values["user_id"][uid] == raw_row[0]
+    items = {line.split("\t")[0]: line.split("\t") for line in
+             (default_cache_dir() / "movielens" / "ml-100k.item").read_text().splitlines()[1:]}
+    first_item = items[raw[0][1]]
+    assert values["item_id"][movielens.ids["item_id"][0]] == f"{first_item[1]} ({first_item[2]})"
+    assert "Toy Story (1995)" in values["item_id"] and "Comedy" in values["genres"]
+    assert split_table(movielens, [0.8, 0.1, 0.1], seed=1).values is values  # the splits carry them

@@ -203,3 +203,76 @@ def test_plan_writes_a_config_that_fits_and_train_plans_an_auto_config_itself(tm
     result = run("plan.py", "-c", str(config), "--budget", "0")
     assert error_lines(result) == ["error: budget = '0' must be at least one byte; expected a positive number of bytes, "
                                    "or a number with a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"]
+
+
+def test_a_trained_movielens_run_serves_from_redis_as_from_its_files(tmp_path):
+    """export_tables.py --redis on a trained int8 MovieLens run, then serve_tables.py --redis: rows
+    bit-identical to the file store's, found by raw value (films by title), neighbours named."""
+    import json
+    import socket
+    import time
+    import urllib.error
+    import urllib.request
+
+    import numpy as np
+
+    from paddle_edo.serving import open_tables
+
+    sys.path.insert(0, str(ROOT / "tests" / "serving"))
+    from redis_fixtures import redis_server
+
+    server = redis_server()
+    args = ["-c", "configs/movielens_int8.yaml", "-o", "train.epochs=1", "-o", f"train.output_dir={tmp_path}"]
+    try:
+        trained = run("train.py", *args)
+        assert trained.returncode == 0, trained.stderr
+        exported = run("export_tables.py", *args, "--redis", server.url, "--namespace", "films")
+        assert exported.returncode == 0, exported.stderr
+        assert "embeddings.item_id: packed 1,683 x 16 int8" in exported.stdout
+        assert f"redis: version 1 of namespace 'films' at {server.url} is current" in exported.stdout
+        files = open_tables(tmp_path / "tables")
+        assert files["embeddings.item_id"].value_of(1) == "Toy Story (1995)"
+        wrong = run("serve_tables.py", "--redis", server.url, "--namespace", "nothing")
+        assert error_lines(wrong) == [f"error: Redis at {server.url} holds no tables in namespace 'nothing': "
+                                      f"tools/export_tables.py --redis writes them"]
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        service = subprocess.Popen([sys.executable, str(ROOT / "tools" / "serve_tables.py"), "--redis", server.url,
+                                    "--namespace", "films", "--index", "embeddings.item_id", "--port", str(port)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+
+        def ask(path, body):
+            for _ in range(100):
+                try:
+                    return json.loads(urllib.request.urlopen(urllib.request.Request(
+                        f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode()), timeout=5).read())
+                except urllib.error.HTTPError as refused:
+                    return {"status": refused.code, **json.loads(refused.read())}
+                except OSError:
+                    time.sleep(0.1)
+            raise AssertionError(f"{path} did not answer")
+
+        try:
+            assert f"serving {len(files)} tables (version 1) (1 with neighbours)" in service.stdout.readline()
+            films = ["Toy Story (1995)", "GoldenEye (1995)"]
+            answer = ask("/rows", {"table": "embeddings.item_id", "values": films})
+            ids, known = files["embeddings.item_id"].ids_of_values(films)
+            assert answer["ids"] == ids.tolist() and answer["known"] == [True, True]
+            assert [files["embeddings.item_id"].value_of(i) for i in ids] == films
+            rows = np.asarray(answer["rows"], dtype=np.float32)
+            np.testing.assert_array_equal(rows, files["embeddings.item_id"].rows(ids))
+            for name, store in files.items():
+                some = np.arange(min(store.num_rows, 50))
+                got = np.asarray(ask("/rows", {"table": name, "ids": some.tolist()})["rows"], dtype=np.float32)
+                np.testing.assert_array_equal(got, store.rows(some), err_msg=name)
+            assert ask("/rows", {"table": "embeddings.item_id", "values": ["no such film"]}) == {
+                "status": 404, "error": "table 'embeddings.item_id': value 'no such film' has no id (and the table "
+                                        "has no unknown row)"}
+            near = ask("/neighbors", {"table": "embeddings.item_id", "value": "Toy Story (1995)", "k": 3})
+            assert len(near["neighbors"]) == 3 and all(n["value"].endswith(")") for n in near["neighbors"])
+        finally:
+            service.terminate()
+            service.communicate(timeout=30)
+    finally:
+        server.close()
