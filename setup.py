@@ -34,7 +34,7 @@ setup(
         "faiss": ["faiss-cpu"],  # ClusteredEmbedding's K-Means runs on faiss when present, numpy otherwise
         # tools/serve_tables.py's HTTP service (paddle_edo.serving.create_app) and the Redis store (a Redis server
         # itself comes from the system: Debian's redis-server)
-        "serving": ["starlette>=0.37", "uvicorn>=0.29", "faiss-cpu", "redis>=5"],
+        "serving": ["starlette>=0.37", "uvicorn>=0.29", "faiss-cpu", "redis>=5", "hiredis"],
         # benchmark-only peers and clients (never needed by the package): bench.py serving's load test, bench.py
         # text's TF-IDF baseline and People's Daily word vectors (tools/get_data.py word-vectors)
         "bench": ["aiohttp", "scikit-learn", "gensim>=4.3"],

@@ -8,6 +8,7 @@
   python tools/bench.py ps
   python tools/bench.py data [--rows 1000000] [--scale-rows 20000000]
   python tools/bench.py serving [--rate 500] [--seconds 60]
+  python tools/bench.py redis [--rows 1000000] [--rate 500] [--seconds 30]
   python tools/bench.py planner [--data movielens synthetic]
   python tools/bench.py packing
 """
@@ -692,7 +693,21 @@ def run_serving(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
-RUNNERS = {"serving": run_serving, "data": run_data, "quantized": run_quantized, "shared": run_shared, "monitor": run_monitor, "cache": run_cache,
+def run_redis(args: argparse.Namespace, out: Path) -> int:
+    """Trained tables in Redis: export rows/s, bytes per row, lookup latency against the file store, the
+    service at a fixed rate with Redis behind it (a private redis-server)."""
+    from tools import bench_redis
+
+    result = bench_redis.redis_benchmark(args.rows, args.dim, args.repeats, args.lookups, args.rate, args.seconds)
+    result["settings"].update(threads=args.threads, malloc=MALLOC, processor=processor_name())
+    (out / "redis.json").write_text(json.dumps(result, indent=2))
+    table = f"Processor: {result['settings']['processor']}\n\n" + bench_redis.markdown(result)
+    (out / "redis.md").write_text(table + "\n")
+    print(table)
+    return 0
+
+
+RUNNERS = {"redis": run_redis, "serving": run_serving, "data": run_data, "quantized": run_quantized, "shared": run_shared, "monitor": run_monitor, "cache": run_cache,
            "text": run_text, "lookups": run_lookups, "to_static": run_to_static, "ps": run_ps, "versions": run_versions,
            "planner": run_planner, "packing": run_packing, "collection": run_collection}
 
@@ -761,6 +776,15 @@ def main(argv: list[str] | None = None) -> int:
     serving.add_argument("--seconds", type=float, default=60.0)
     serving.add_argument("--threads", type=int, default=2)
     serving.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
+    redis = sub.add_parser("redis", help="tables in Redis: export rows/s, bytes per row, lookup latency, the service")
+    redis.add_argument("--rows", type=int, default=1_000_000)
+    redis.add_argument("--dim", type=int, default=64)
+    redis.add_argument("--repeats", type=int, default=3, help="exports of each table (the median is reported)")
+    redis.add_argument("--lookups", type=int, default=2000, help="lookups of each size and store")
+    redis.add_argument("--rate", type=float, default=500.0, help="requests per second of the service's load")
+    redis.add_argument("--seconds", type=float, default=30.0, help="of each load (0: no service part)")
+    redis.add_argument("--threads", type=int, default=2)
+    redis.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     planner = sub.add_parser("planner", help="per-table plans for memory budgets beside single methods")
     planner.add_argument("--data", nargs="+", choices=("movielens", "synthetic"), default=["movielens", "synthetic"])
     planner.add_argument("--threads", type=int, default=2)

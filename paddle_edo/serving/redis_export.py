@@ -37,7 +37,7 @@ return 1
 @dataclass(frozen=True)
 class RedisExport:
     """What an export did: the version written, whether it became current, the versions removed after
-    the switch, and the bytes and rows sent."""
+    the switch, the bytes and rows sent, and the seconds it took (of which writing the raw values)."""
 
     url: str
     namespace: str
@@ -47,6 +47,7 @@ class RedisExport:
     bytes_sent: int
     rows: int
     seconds: float
+    values_seconds: float
 
 
 def export_to_redis(folder: str | Path, url: str, namespace: str = "paddle_edo", keep: int = 2,
@@ -88,7 +89,7 @@ def export_to_redis(folder: str | Path, url: str, namespace: str = "paddle_edo",
         removed = remove_old_versions(client, namespace, keep)
     rows = sum(entry["stored_rows"] for entry in manifest["tables"].values())
     return RedisExport(shown(url), namespace, version, made_current, tuple(removed), writer.bytes_sent, rows,
-                       time.perf_counter() - start)
+                       time.perf_counter() - start, writer.values_seconds)
 
 
 class _VersionWriter:
@@ -99,6 +100,7 @@ class _VersionWriter:
         self.client, self.url, self.namespace, self.version = client, url, namespace, version
         self.block_rows, self.progress = block_rows, progress
         self.bytes_sent = 0
+        self.values_seconds = 0.0
         self.largest_value = largest_value(client)
 
     def write(self, tables: dict[str, TableStore], folder: Path) -> dict[str, Any]:
@@ -148,22 +150,49 @@ class _VersionWriter:
 
     def write_values(self, field: str, store: TableStore) -> None:
         """The field's values as two hashes: raw value -> id (the first id of a repeated value, as the file
-        store finds it) and id -> raw value."""
+        store finds it) and id -> raw value. HSET commands are packed here in bulk (redis-py packs
+        argument by argument, 12 s for a million values against 2 s)."""
         values = store.value_ids.values.to_pylist()
-        ids_of = {}
+        ids_of: dict[str, int] = {}
         for row_id, value in enumerate(values):
             if value is not None and value not in ids_of:
                 ids_of[value] = row_id
-        pairs = list(ids_of.items())
+        pairs = [(value.encode("utf-8"), str(row_id).encode()) for value, row_id in ids_of.items()]
+        value_hash = layout.values_key(self.namespace, self.version, field).encode("utf-8")
+        name_hash = layout.names_key(self.namespace, self.version, field).encode("utf-8")
+        start = time.perf_counter()
         with redis_errors(self.url, f"writing the values of field {field!r}"):
-            pipe = self.client.pipeline(transaction=False)
             for first in range(0, len(pairs), VALUES_BATCH):
                 chunk = pairs[first:first + VALUES_BATCH]
-                pipe.hset(layout.values_key(self.namespace, self.version, field), mapping=dict(chunk))
-                pipe.hset(layout.names_key(self.namespace, self.version, field),
-                          mapping={row_id: value for value, row_id in chunk})
-                self.bytes_sent += sum(len(str(v).encode()) + 8 for v, _ in chunk)
-            pipe.execute()
+                commands = [hset_command(value_hash, chunk), hset_command(name_hash, [(i, v) for v, i in chunk])]
+                send_packed(self.client, commands)
+                self.bytes_sent += sum(map(len, commands))
+        self.values_seconds += time.perf_counter() - start
+
+
+def hset_command(key: bytes, pairs: list[tuple[bytes, bytes]]) -> bytes:
+    """``HSET key field value ...`` in the Redis protocol (RESP)."""
+    head = b"*%d\r\n$4\r\nHSET\r\n$%d\r\n%s\r\n" % (2 + 2 * len(pairs), len(key), key)
+    return head + b"".join(b"$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(f), f, len(v), v) for f, v in pairs)
+
+
+def send_packed(client, commands: list[bytes]) -> None:
+    """Send commands already in the Redis protocol on one of the client's connections and read their
+    replies (an error reply raises redis.ResponseError)."""
+    import redis
+
+    connection = client.connection_pool.get_connection()
+    try:
+        connection.send_packed_command(commands)
+        for _ in commands:
+            reply = connection.read_response()
+            if isinstance(reply, redis.ResponseError):
+                raise reply
+    except BaseException:
+        connection.disconnect()  # replies may be left unread: this connection is not reused as it is
+        raise
+    finally:
+        client.connection_pool.release(connection)
 
 
 def largest_value(client) -> int | None:
