@@ -117,7 +117,7 @@ def test_packed_and_low_precision_tables_keep_no_optimizer_state_of_paddles():
                       paddle.optimizer.Adadelta(0.1, parameters=[paddle.create_parameter([1], "float32")]))
 
 
-@pytest.mark.parametrize("state_dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("state_dtype", ["float32", "bfloat16", "int8"])
 @pytest.mark.parametrize("rule", ["sgd", "adagrad", "rowwise_adagrad", "adam", "rowwise_adam"])
 def test_a_collections_fused_state_is_counted_for_each_of_its_tables(rule, state_dtype):
     fields = [FieldSpec("user", 1000), FieldSpec("item", 300)]
@@ -125,12 +125,16 @@ def test_a_collections_fused_state_is_counted_for_each_of_its_tables(rule, state
     fused = bind_table_optimizer(model, TableOptimizer(rule, 0.01, state_dtype=state_dtype))
     dense = paddle.optimizer.Adam(0.01, parameters=[p for p in model.parameters() if all(p is not f for f in fused)])
     report = memory_report(model, dense)
-    counts = (8 if rule in ("adam", "rowwise_adam") else 0) + (8 if state_dtype == "bfloat16" and rule != "sgd" else 0)
+    counts = (8 if rule in ("adam", "rowwise_adam") else 0) + (8 if state_dtype != "float32" and rule != "sgd" else 0)
     value_bytes = 4 if state_dtype == "float32" else 2
     for table in report.tables:
         dim = 8 if table.name.startswith("embeddings") else 1
         per_row = {"sgd": 0, "adagrad": dim, "rowwise_adagrad": 1, "adam": 2 * dim, "rowwise_adam": dim + 1}[rule]
         per_row_bytes = value_bytes * per_row
+        if state_dtype == "int8":  # a row's codes and fp32 scale per state of dim values; a single value in fp32
+            record = dim + 4 if dim > 1 else 4
+            per_row_bytes = {"sgd": 0, "adagrad": record, "rowwise_adagrad": 4, "adam": 2 * record,
+                             "rowwise_adam": record + 4}[rule]
         assert table.optimizer == f"{rule} (fused)"
         assert table.optimizer_estimated_bytes == table.optimizer_held_bytes == table.rows * per_row_bytes + counts
     assert report.optimizer_held_bytes == sum(t.optimizer_held_bytes for t in report.tables)

@@ -291,17 +291,18 @@ struct TableRule {
     return rule == kRowwiseAdagrad ? 1 : dim;
   }
   int64_t Width2(int64_t dim) const { return rule == kAdam ? dim : rule == kRowwiseAdam ? 1 : 0; }
+  int64_t RowBytes1(int64_t dim) const { return StateRowBytes(Width1(dim), state_format); }
+  int64_t RowBytes2(int64_t dim) const { return StateRowBytes(Width2(dim), state_format); }
 
   // Asks for the row's weights and state ahead of their update.
   void Prefetch(const float* weight, int64_t row, int64_t dim) const {
     ::Prefetch(weight + row * dim, sizeof(float) * dim);
-    const int64_t bytes = state_format == kStateFp32 ? 4 : 2;
-    const int64_t w1 = Width1(dim), w2 = Width2(dim);
-    if (w1 > 0) ::Prefetch(static_cast<const char*>(state1) + row * w1 * bytes, w1 * bytes);
-    if (w2 > 0) ::Prefetch(static_cast<const char*>(state2) + row * w2 * bytes, w2 * bytes);
+    const int64_t bytes1 = RowBytes1(dim), bytes2 = RowBytes2(dim);
+    if (bytes1 > 0) ::Prefetch(static_cast<const char*>(state1) + row * bytes1, bytes1);
+    if (bytes2 > 0) ::Prefetch(static_cast<const char*>(state2) + row * bytes2, bytes2);
   }
 
-  // Updates row ``row`` (weights p) with its summed gradient g; ``scratch`` holds 16-bit states as fp32.
+  // Updates row ``row`` (weights p) with its summed gradient g; ``scratch`` holds compressed states as fp32.
   void Update(float* p, const float* g, int64_t row, int64_t dim, std::vector<float>* scratch) const {
     const int64_t w1 = Width1(dim), w2 = Width2(dim);
     if (state_format == kStateFp32) {
@@ -311,17 +312,39 @@ struct TableRule {
     scratch->resize(w1 + w2);
     float* s1 = scratch->data();
     float* s2 = s1 + w1;
-    const bool root1 = state_format == kStateFp16 && Squares1(), root2 = state_format == kStateFp16 && Squares2();
-    for (int64_t d = 0; d < w1; ++d) s1[d] = LoadState(state1, row * w1 + d, state_format);
-    for (int64_t d = 0; d < w2; ++d) s2[d] = LoadState(state2, row * w2 + d, state_format);
+    // fp16 and 8-bit codes keep sums of squares as their roots; an 8-bit state's single value per row is fp32
+    const bool roots = state_format == kStateFp16 || state_format == kStateInt8;
+    const bool root1 = roots && Squares1() && !(state_format == kStateInt8 && w1 == 1);
+    const bool root2 = roots && Squares2() && !(state_format == kStateInt8 && w2 == 1);
+    Load(state1, row, w1, RowBytes1(dim), !Squares1(), s1);
+    Load(state2, row, w2, RowBytes2(dim), !Squares2(), s2);
     if (root1) for (int64_t d = 0; d < w1; ++d) s1[d] *= s1[d];
     if (root2) for (int64_t d = 0; d < w2; ++d) s2[d] *= s2[d];
     Apply(p, g, s1, s2, dim);
     if (root1) for (int64_t d = 0; d < w1; ++d) s1[d] = std::sqrt(s1[d]);
     if (root2) for (int64_t d = 0; d < w2; ++d) s2[d] = std::sqrt(s2[d]);
     const uint64_t place = salt ^ static_cast<uint64_t>(row) * 2 * (w1 + w2);
-    for (int64_t d = 0; d < w1; ++d) StoreState(state1, row * w1 + d, s1[d], state_format, place + 2 * d);
-    for (int64_t d = 0; d < w2; ++d) StoreState(state2, row * w2 + d, s2[d], state_format, place + 2 * d + 1);
+    Store(state1, row, w1, RowBytes1(dim), !Squares1(), s1, place);
+    Store(state2, row, w2, RowBytes2(dim), !Squares2(), s2, place + 1);
+  }
+
+  // Row ``row``'s ``width`` state values as fp32 (of ``bytes`` a row; signed says which 8-bit code).
+  void Load(const void* states, int64_t row, int64_t width, int64_t bytes, bool is_signed, float* out) const {
+    if (state_format == kStateInt8) {
+      if (width > 0) LoadInt8Row(static_cast<const int8_t*>(states) + row * bytes, width, is_signed, out);
+      return;
+    }
+    for (int64_t d = 0; d < width; ++d) out[d] = LoadState(states, row * width + d, state_format);
+  }
+
+  // Writes them back; value d draws its random bits from place + 2 d (the two states: place, place + 1).
+  void Store(void* states, int64_t row, int64_t width, int64_t bytes, bool is_signed, const float* values,
+             uint64_t place) const {
+    if (state_format == kStateInt8) {
+      if (width > 0) StoreInt8Row(static_cast<int8_t*>(states) + row * bytes, values, width, is_signed, place);
+      return;
+    }
+    for (int64_t d = 0; d < width; ++d) StoreState(states, row * width + d, values[d], state_format, place + 2 * d);
   }
 
   // The rule on one row: weights p, gradient g, the row's states m1 and m2 (a per-row state: one value).
@@ -449,22 +472,28 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
   for (int64_t t = 0; t < count; ++t) {
     PD_CHECK(rules[t] >= kSgd && rules[t] <= kRowwiseAdam, "table ", t, ": rule ", rules[t], " is unknown");
     const int64_t rows = tables.rows[t], dim = tables.dim[t];
-    PD_CHECK(state_formats[t] >= kStateFp32 && state_formats[t] <= kStateFp16, "table ", t, ": state format ",
+    PD_CHECK(state_formats[t] >= kStateFp32 && state_formats[t] <= kStateInt8, "table ", t, ": state format ",
              state_formats[t], " is unknown");
     TableRule& table_rule = table_rules[t];
     table_rule = {rules[t], learning_rates[t], epsilons[t], beta1s[t], beta2s[t], nullptr, nullptr, pows + 2 * t,
                   state_formats[t], MixBits((static_cast<uint64_t>(t) << 40) + static_cast<uint64_t>(step_counts[t]))};
-    const int64_t want1 = rows * table_rule.Width1(dim), want2 = rows * table_rule.Width2(dim);
-    const paddle::DataType stored = state_formats[t] == kStateFp32 ? paddle::DataType::FLOAT32 : paddle::DataType::INT16;
+    const int format = state_formats[t];
+    const int64_t item = format == kStateFp32 ? 4 : format == kStateInt8 ? 1 : 2;
+    const int64_t want1 = rows * table_rule.RowBytes1(dim) / item, want2 = rows * table_rule.RowBytes2(dim) / item;
+    const paddle::DataType stored = format == kStateFp32 ? paddle::DataType::FLOAT32 :
+                                    format == kStateInt8 ? paddle::DataType::INT8 : paddle::DataType::INT16;
     PD_CHECK(states1[t].dtype() == stored && states2[t].dtype() == stored, "table ", t, ": optimizer states must be ",
-             state_formats[t] == kStateFp32 ? "float32" : "int16 (16-bit floats' bits)");
+             format == kStateFp32 ? "float32" : format == kStateInt8 ? "int8 (8-bit records)" : "int16 (16-bit floats' bits)");
     PD_CHECK(want1 == 0 || states1[t].numel() == want1, "table ", t, ": state 1 holds ", states1[t].numel(),
              " values, the rule needs ", want1);
     PD_CHECK(want2 == 0 || states2[t].numel() == want2, "table ", t, ": state 2 holds ", states2[t].numel(),
              " values, the rule needs ", want2);
-    if (state_formats[t] == kStateFp32) {
+    if (format == kStateFp32) {
       table_rule.state1 = const_cast<float*>(states1[t].data<float>());
       table_rule.state2 = const_cast<float*>(states2[t].data<float>());
+    } else if (format == kStateInt8) {
+      table_rule.state1 = const_cast<int8_t*>(states1[t].data<int8_t>());
+      table_rule.state2 = const_cast<int8_t*>(states2[t].data<int8_t>());
     } else {
       table_rule.state1 = const_cast<int16_t*>(states1[t].data<int16_t>());
       table_rule.state2 = const_cast<int16_t*>(states2[t].data<int16_t>());

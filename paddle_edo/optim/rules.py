@@ -15,8 +15,10 @@ FUSED_RULES = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 2, "adam": 3, "rowwise
 # Paddle's defaults for its optimizers of the same name; row-wise Adagrad takes FBGEMM's
 DEFAULT_EPSILON = {"sgd": 0.0, "adagrad": 1e-6, "rowwise_adagrad": 1e-8, "adam": 1e-8, "rowwise_adam": 1e-8}
 STEP_COUNTED = ("adam", "rowwise_adam")  # rules that keep beta1^t and beta2^t per table
-# how the state is kept -> the kernel's number (optimizer_states.h); 16-bit states are stored as their int16 bits
-STATE_DTYPES = {"float32": 0, "bfloat16": 1, "float16": 2}
+# how the state is kept -> the kernel's number (optimizer_states.h); 16-bit states are stored as their int16 bits,
+# 8-bit ones as int8 records of a row's codes and its fp32 scale
+STATE_DTYPES = {"float32": 0, "bfloat16": 1, "float16": 2, "int8": 3}
+SCALE_BYTES = 4  # an 8-bit row's scale
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,10 @@ class TableOptimizer:
     bytes: the rule runs in fp32 on each row's state and writes it back stochastically rounded (unbiased,
     so that an accumulator's small increments are kept on average; the random bits hash the value, its
     place and the table's step count, so a resumed run goes on exactly). The step counts stay as they are.
+    ``int8``: 8 bits a value, blockwise quantized with one block per row (the row's values over an fp32
+    scale, in an 8-bit float code: sign, 4 exponent and 3 mantissa bits for Adam's first moment; 4 and 4
+    for the square roots of sums of squares), stochastically rounded too; a row's single value (row-wise
+    Adagrad's accumulator, row-wise Adam's second moment, a table of dimension 1) stays fp32.
 
     ``weight_decay``: L2 on the batch's rows, ``g + weight_decay * w`` before the rule (FBGEMM's
     ``WeightDecayMode.L2``), so that it stays sparse. Paddle's optimizers given ``weight_decay`` add it to a
@@ -69,32 +75,32 @@ class TableOptimizer:
         return FUSED_RULES[self.name]
 
     def state_shapes(self, rows: int, dim: int) -> tuple[list[int], list[int]]:
-        """Shapes of the rule's two state tensors for a [rows, dim] table ([0]: none)."""
-        per_value = [rows, dim]
+        """Shapes of the rule's two state tensors for a [rows, dim] table ([0]: none), in ``stored_dtype``:
+        8-bit states hold a row's dim codes and its fp32 scale ([rows, dim + 4] int8), or a row's single
+        value (row-wise rules, dim 1) as its fp32 bytes ([rows, 4] int8)."""
+        per_value = [rows, dim + SCALE_BYTES if dim > 1 else 4] if self.state_dtype == "int8" else [rows, dim]
+        per_row = [rows, 4] if self.state_dtype == "int8" else [rows]
         momentum = per_value if self.beta1 > 0 else [0]
-        return {"sgd": ([0], [0]), "adagrad": (per_value, [0]), "rowwise_adagrad": ([rows], [0]),
-                "adam": (per_value, per_value), "rowwise_adam": (momentum, [rows])}[self.name]
+        return {"sgd": ([0], [0]), "adagrad": (per_value, [0]), "rowwise_adagrad": (per_row, [0]),
+                "adam": (per_value, per_value), "rowwise_adam": (momentum, per_row)}[self.name]
 
     def state_bytes(self, rows: int, dim: int) -> int:
         """Bytes of the table's optimizer state: its values, the two fp32 step counts of Adam's rules, and
-        the int64 step count of 16-bit states' rounding."""
+        the int64 step count of compressed states' rounding."""
         first, second = self.state_shapes(rows, dim)
         counts = (8 if self.counts_steps else 0) + (8 if self.rounds_stochastically else 0)
-        return self.state_bytes_per_value * (_count(first) + _count(second)) + counts
+        itemsize = {"float32": 4, "int16": 2, "int8": 1}[self.stored_dtype]
+        return itemsize * (_count(first) + _count(second)) + counts
 
     @property
     def rounds_stochastically(self) -> bool:
-        """Whether it keeps 16-bit state values (and a step count for their rounding)."""
+        """Whether it keeps compressed state values (and a step count for their rounding)."""
         return self.state_dtype != "float32" and self.name != "sgd"
 
     @property
-    def state_bytes_per_value(self) -> int:
-        return 4 if self.state_dtype == "float32" else 2
-
-    @property
     def stored_dtype(self) -> str:
-        """The dtype of the state tensors: float32, or int16 holding the 16-bit floats' bits."""
-        return "float32" if self.state_dtype == "float32" else "int16"
+        """The dtype of the state tensors: float32, int16 holding 16-bit floats' bits, or int8 records."""
+        return {"float32": "float32", "bfloat16": "int16", "float16": "int16", "int8": "int8"}[self.state_dtype]
 
     @property
     def state_format(self) -> int:

@@ -229,6 +229,83 @@ def test_16_bit_accumulators_keep_small_increments_on_average():
     assert abs(accumulators.mean() - 1.1) < 0.012 and np.all(np.abs(accumulators - 1.1) < 0.12), accumulators
 
 
+def int8_values(records, signed):
+    """Decode 8-bit state records [rows, dim + 4] (codes, then the fp32 scale): the format of optimizer_states.h,
+    written out here from its description."""
+    records = np.asarray(records)
+    codes = records[:, :-4].view(np.uint8).astype(np.int64)
+    scale = records[:, -4:].copy().view(np.float32)
+    mantissa_bits = 3 if signed else 4
+    magnitude = codes & 0x7F if signed else codes
+    exponent, fraction = magnitude >> mantissa_bits, magnitude & ((1 << mantissa_bits) - 1)
+    values = np.where(magnitude == 0, 0.0, 2.0 ** (exponent - 16.0) * (1 + fraction / 2 ** mantissa_bits)) * scale
+    return np.where(signed & (codes >= 128), -values, values).astype(np.float32)
+
+
+@pytest.mark.parametrize("rule", ["adam", "adagrad", "rowwise_adam", "rowwise_adagrad"])
+def test_8_bit_states_hold_each_rows_values_to_one_code_step(rule):
+    rng = np.random.default_rng(6)
+    steps = batches(rng, 1)
+    grads = [rng.standard_normal((64, sum(DIMS))).astype("float32")]
+    results = {}
+    for dtype in ("float32", "int8"):
+        collection = EmbeddingCollection(tables())
+        collection.bind_optimizer(TableOptimizer(rule, 0.01, state_dtype=dtype))
+        for ids, grad in zip(steps, grads):
+            (collection(ids) * paddle.to_tensor(grad)).sum().backward()
+        results[dtype] = collection.optimizer_state()
+    exact, packed = results["float32"], results["int8"]
+    for key, dim in (("t0", 4), ("t2", 8), ("t4", 16)):
+        for label, signed in (("state1", rule in ("adam", "rowwise_adam")), ("state2", False)):
+            name = f"{key}.{label}"
+            if name not in exact:
+                continue
+            if exact[name].ndim == 1:  # a row's single value stays fp32, exactly
+                np.testing.assert_array_equal(packed[name].view(np.float32).reshape(-1), exact[name])
+                continue
+            assert packed[name].shape == (exact[name].shape[0], dim + 4) and packed[name].dtype == np.int8
+            decoded = int8_values(packed[name], signed)
+            target = exact[name] if signed else np.sqrt(exact[name])  # sums of squares are kept as their roots
+            scale = np.abs(target).max(axis=1, keepdims=True)
+            step = np.maximum(np.abs(target) * 2.0 ** -(3 if signed else 4), scale * 2.0 ** -15)
+            assert np.all(np.abs(decoded - target) <= step * 1.0001 + 1e-12), name
+            assert np.allclose(np.abs(decoded).max(axis=1), scale[:, 0], rtol=1e-6)  # the largest is exact
+    if rule == "rowwise_adagrad":
+        assert TableOptimizer(rule, 0.01, state_dtype="int8").state_bytes(1000, 8) == 4 * 1000 + 8
+    else:
+        per_value = {"adam": 2, "adagrad": 1, "rowwise_adam": 1}[rule]
+        assert TableOptimizer(rule, 0.01, state_dtype="int8").state_bytes(1000, 8) == \
+            per_value * 12 * 1000 + (4000 if rule == "rowwise_adam" else 0) + (16 if "adam" in rule else 8)
+
+
+def test_8_bit_states_follow_the_fp32_rule_and_keep_small_increments_on_average():
+    results = {}
+    for dtype in ("float32", "int8"):
+        collection = EmbeddingCollection(tables())
+        collection.bind_optimizer(TableOptimizer("adam", 0.01, state_dtype=dtype))
+        rng = np.random.default_rng(5)
+        for ids in batches(rng, 20):
+            out = collection(ids)
+            (out * paddle.to_tensor(rng.standard_normal(out.shape).astype("float32"))).sum().backward()
+        results[dtype] = collection
+    for key in ("t0", "t2", "t4"):
+        start = tables()[key].weight.numpy()
+        moved = np.abs(results["float32"][key].weight.numpy() - start).max()
+        assert np.abs(results["int8"][key].weight.numpy() - results["float32"][key].weight.numpy()).max() < 0.1 * moved
+    paddle.seed(0)
+    collection = EmbeddingCollection({"t": DenseEmbedding(256, 4)})
+    collection.bind_optimizer(TableOptimizer("adagrad", 1e-9, state_dtype="int8"))
+    ids = [paddle.to_tensor(np.arange(256))]
+    columns = paddle.to_tensor(np.array([[1.0, 0.7, 0.45, 0.3]], np.float32))
+    (collection(ids) * columns).sum().backward()  # roots of the accumulators: the columns
+    for _ in range(500):  # increments of 1e-4 c^2: 0.5% of a root's code step at most (nearest would keep them)
+        (collection(ids) * columns * 0.01).sum().backward()
+    roots = int8_values(collection.optimizer_state()["t.state1"], signed=False)
+    expected = columns.numpy()[0] * np.sqrt(1.05)
+    assert np.allclose(roots[:, 0], expected[0], rtol=2e-5)  # the row's largest value: no rounding, fp32 sums only
+    assert np.allclose(roots.mean(axis=0), expected, rtol=0.01), (roots.mean(axis=0), expected)
+
+
 def test_table_optimizers_refuse_betas_outside_their_range():
     with pytest.raises(EdoValueError, match=r"beta1 = 1.0, beta2 = 0.999 must be in \[0, 1\)"):
         TableOptimizer("adam", 0.01, beta1=1.0)
@@ -236,7 +313,7 @@ def test_table_optimizers_refuse_betas_outside_their_range():
 
 @pytest.mark.parametrize("rule,state_dtype", [("adam", "float32"), ("rowwise_adam", "float32"),
                                               ("rowwise_adagrad", "float32"), ("adam", "bfloat16"),
-                                              ("adagrad", "float16")])
+                                              ("adagrad", "float16"), ("adam", "int8"), ("rowwise_adam", "int8")])
 def test_the_optimizer_state_resumes_exactly(rule, state_dtype):
     rng = np.random.default_rng(4)
     steps = batches(rng, 4)
