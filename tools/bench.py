@@ -9,6 +9,7 @@
   python tools/bench.py data [--rows 1000000] [--scale-rows 20000000]
   python tools/bench.py serving [--rate 500] [--seconds 60]
   python tools/bench.py redis [--rows 1000000] [--rate 500] [--seconds 30]
+  python tools/bench.py training_memory [--seeds 1 2 3] [--data movielens criteo] [--criteo-rows 1000000]
   python tools/bench.py planner [--data movielens synthetic]
   python tools/bench.py packing
 """
@@ -693,6 +694,21 @@ def run_serving(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
+def run_training_memory(args: argparse.Namespace, out: Path) -> int:
+    """Test AUC and optimizer-state bytes of each table rule and state format against fp32 Adam."""
+    from tools import bench_training_memory
+
+    result = bench_training_memory.training_memory_benchmark(args.seeds, args.data, args.criteo_rows, Path(args.cache),
+                                                             args.runs)
+    result["settings"] = {"threads": args.threads, "malloc": MALLOC, "processor": processor_name(),
+                          "paddle": paddle.__version__}
+    (out / "training_memory.json").write_text(json.dumps(result, indent=2))
+    table = f"Processor: {result['settings']['processor']}\n\n" + bench_training_memory.markdown(result)
+    (out / "training_memory.md").write_text(table + "\n")
+    print(table)
+    return 0
+
+
 def run_redis(args: argparse.Namespace, out: Path) -> int:
     """Trained tables in Redis: export rows/s, bytes per row, lookup latency against the file store, the
     service at a fixed rate with Redis behind it (a private redis-server)."""
@@ -707,7 +723,7 @@ def run_redis(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
-RUNNERS = {"redis": run_redis, "serving": run_serving, "data": run_data, "quantized": run_quantized, "shared": run_shared, "monitor": run_monitor, "cache": run_cache,
+RUNNERS = {"training_memory": run_training_memory, "redis": run_redis, "serving": run_serving, "data": run_data, "quantized": run_quantized, "shared": run_shared, "monitor": run_monitor, "cache": run_cache,
            "text": run_text, "lookups": run_lookups, "to_static": run_to_static, "ps": run_ps, "versions": run_versions,
            "planner": run_planner, "packing": run_packing, "collection": run_collection}
 
@@ -776,6 +792,15 @@ def main(argv: list[str] | None = None) -> int:
     serving.add_argument("--seconds", type=float, default=60.0)
     serving.add_argument("--threads", type=int, default=2)
     serving.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
+    memory = sub.add_parser("training_memory", help="AUC and optimizer-state bytes of each table rule and state format")
+    memory.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    memory.add_argument("--data", nargs="+", choices=("movielens", "criteo"), default=["movielens", "criteo"])
+    memory.add_argument("--criteo-rows", type=int, default=1_000_000)
+    memory.add_argument("--runs", nargs="+", help="these runs only (default: all; the first is the baseline if named)")
+    memory.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "paddle_edo_bench"),
+                        help="where the generated data is kept between runs")
+    memory.add_argument("--threads", type=int, default=2)
+    memory.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     redis = sub.add_parser("redis", help="tables in Redis: export rows/s, bytes per row, lookup latency, the service")
     redis.add_argument("--rows", type=int, default=1_000_000)
     redis.add_argument("--dim", type=int, default=64)
