@@ -104,6 +104,16 @@ class CachedEmbedding(EmbeddingBase):
         self._padding_slot: int | None = None
         self._admit_padding()
         self.register_state_dict_hook(self._full_table_state)
+        self.cache.register_hook(self._refuse_unbound_gradient)
+
+    def _refuse_unbound_gradient(self, grad: paddle.Tensor) -> paddle.Tensor:
+        """A gradient reaching the cache needs the bound optimizer: it alone moves rows with their state, so
+        a backward before ``bind_optimizer`` is refused here (a forward alone is a lookup and works)."""
+        if self.optimizer is None:
+            raise EdoRuntimeError(f"{self.label}: training needs the optimizer bound to the cache: call "
+                                  f"paddle_edo.nn.bind_optimizer(model, optimizer) after building the optimizer "
+                                  f"and before the first backward")
+        return grad
 
     @property
     def label(self) -> str:
@@ -243,10 +253,9 @@ class CachedEmbedding(EmbeddingBase):
                                   f"call paddle_edo.nn.uncache(model) before paddle.jit.to_static / export")
         self.check_id_dtype(ids)
         host_ids = ids.numpy()
-        training = paddle.is_grad_enabled() and not self.cache.stop_gradient
-        if training and self.optimizer is None:
-            raise EdoRuntimeError(f"{name}: training needs the optimizer bound to the cache: call "
-                                  f"paddle_edo.nn.bind_optimizer(model, optimizer) after building the optimizer")
+        # rows are pinned (and host-served rows made trainable) for the bound optimizer's step; without one a
+        # forward looks rows up as nn.Embedding does, and a backward is refused (_refuse_unbound_gradient)
+        training = paddle.is_grad_enabled() and not self.cache.stop_gradient and self.optimizer is not None
         flat = host_ids.reshape(-1).astype(np.int64, copy=False)
         if not flat.size:
             return self.empty_lookup(ids)

@@ -6,7 +6,7 @@ import pytest
 from paddle_edo import memory_report
 from paddle_edo.config import load_config
 from paddle_edo.export import Predictor, export_model
-from paddle_edo.nn import CachedEmbedding, bind_optimizer, uncache
+from paddle_edo.nn import CachedEmbedding, DenseEmbedding, bind_optimizer, uncache
 from paddle_edo.schema import ConfigError
 
 N, D = 400, 4
@@ -132,10 +132,17 @@ def test_rows_of_a_step_stay_until_clear_grad_then_may_move():
     assert model.table.statistics()["evictions"] == 4
 
 
-def test_training_without_a_bound_optimizer_is_refused():
+def test_a_forward_works_before_the_optimizer_is_bound_and_a_backward_is_refused():
     table = CachedEmbedding(N, D, cache_rows=50)
-    with pytest.raises(RuntimeError, match="bind_optimizer"):
-        table(paddle.to_tensor([1, 2]))
+    resident = DenseEmbedding(N, D)
+    resident.weight.set_value(table.host.read(np.arange(N))[:, 0])
+    assert table(paddle.to_tensor(np.zeros([0], np.int64))).shape == [0, D]  # as nn.Embedding answers
+    for first in (0, 40):  # 40 rows, then 40 others: the first call's rows are not pinned, so they make room
+        ids = paddle.to_tensor(np.arange(first, first + 40).reshape(2, 20))
+        np.testing.assert_array_equal(table(ids).numpy(), resident(ids).numpy())
+    assert (table.statistics()["bypass_rows"], table.statistics()["evictions"]) == (0, 30)
+    with pytest.raises(Exception, match="bind_optimizer.*before the first backward"):
+        table(paddle.to_tensor([1, 2])).sum().backward()
     with paddle.no_grad():
         assert table(paddle.to_tensor([1, 2])).shape == [2, D]
     with pytest.raises(TypeError, match="Momentum.*SGD, Adagrad and Adam"):

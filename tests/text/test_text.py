@@ -96,6 +96,33 @@ def test_pretrained_vectors_fill_the_rows_they_cover(tmp_path, binary):
     assert np.array_equal(after[unchanged], before[unchanged])  # [UNK] is left alone
 
 
+@pytest.mark.parametrize("name", ["vectors.vector", "vectors.w2v", "vectors", "text_named.bin"])
+def test_the_format_is_told_from_the_bytes_not_the_name(tmp_path, name):
+    rng = np.random.default_rng(1)
+    vectors = rng.normal(size=(50, 7)).astype(np.float32)
+    tokens = [f"词{i}" for i in range(50)]
+    binary = not name.startswith("text")
+    write_word2vec(tmp_path / name, tokens, vectors, binary)
+    read_tokens, read = read_word2vec(tmp_path / name)
+    assert read_tokens == tokens and np.array_equal(read, vectors)
+    with open(tmp_path / "no_newlines", "wb") as f:  # binary entries without a line end between them
+        f.write(b"2 3\n" + b"".join(t.encode() + b" " + v.tobytes() for t, v in zip(tokens[:2], vectors[:2, :3])))
+    assert read_word2vec(tmp_path / "no_newlines")[0] == tokens[:2]
+
+
+def test_a_large_word2vec_file_reads_without_a_loop_per_value(tmp_path):
+    rng = np.random.default_rng(2)
+    vectors = rng.normal(size=(200_000, 16)).astype(np.float32)
+    tokens = [f"w{i}" for i in range(200_000)]
+    with open(tmp_path / "big.txt", "w") as f:  # word2vec's own text layout: a space after the last value
+        f.write("200000 16\n" + "".join(f"{t} {' '.join(f'{x:.6f}' for x in v)} \n" for t, v in zip(tokens, vectors)))
+    read_tokens, read = read_word2vec(tmp_path / "big.txt")
+    assert read_tokens == tokens and np.allclose(read, vectors, atol=1e-6)
+    write_word2vec(tmp_path / "big", tokens, vectors, binary=True)
+    read_tokens, read = read_word2vec(tmp_path / "big")
+    assert read_tokens == tokens and np.array_equal(read, vectors)
+
+
 def test_bad_pretrained_files_are_refused(tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_text("two 4\n", encoding="utf-8")
@@ -105,6 +132,15 @@ def test_bad_pretrained_files_are_refused(tmp_path):
     short.write_text("1 3\n我们 0.1 0.2\n", encoding="utf-8")
     with pytest.raises(ValueError, match="line 2 has 2 values, expected 3"):
         read_word2vec(short)
+    neither = tmp_path / "neither.vec"
+    neither.write_bytes(b"2 3\n\xff\xfe\x00garbage")
+    with pytest.raises(ValueError, match=r"neither.vec: entry 1 of 2 is cut short \(neither a word2vec text file "
+                                         r"nor a binary one with 3-dim vectors\)"):
+        read_word2vec(neither)
+    fewer = tmp_path / "fewer.txt"
+    fewer.write_text("3 2\n我们 0.1 0.2\n你们 0.3 0.4\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="the header says 3 vectors, the file holds 2"):
+        read_word2vec(fewer)
     vocab = Vocab.build(CORPUS)
     write_word2vec(tmp_path / "v.txt", ["我们"], np.ones((1, 3), np.float32), binary=False)
     with pytest.raises(ValueError, match=r"3-dim vectors .* the table is \[7, 4\]"):
