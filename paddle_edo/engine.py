@@ -22,13 +22,14 @@ from .config import dump_config
 from .data import CTRBatches, CTRTable, Splits, count_frequencies, load_dataset
 from .memory import memory_report
 from .models import build_model
-from .models.optimizers import create_optimizer, fused_table_optimizer
+from .models.optimizers import collections_fuse, create_optimizer, fused_table_optimizer
 from .monitor import monitors_from_config
 from .nn.registry import table_classes
 from .nn.base import pack_trained, unpacked_tables
 from .nn.cached import bind_optimizer, cached_layers, uncache
 from .nn.collection import bind_table_optimizer, load_table_optimizer_state, table_optimizer_state
 from .nn.convert import row_updated_tables
+from .nn.row_trainer import bind_row_trainer
 from .progress import ProgressBar
 from .schema import ConfigError
 from .text import fit_composer, load_composed_chars, load_pretrained, read_word2vec
@@ -67,10 +68,14 @@ class Engine:
             frequencies = count_frequencies(self.splits.train)  # embedding.frequencies: train
         with unique_name.guard(self._names):
             self.model = build_model(self.fields, config, frequencies, self.splits.dense_features)
-            # the collections' fp32 tables train in their backward pass, outside Paddle's optimizer
+            # fp32 tables train outside Paddle's optimizer: a collection's in its backward pass, the others
+            # (composites' parts, tables of unfused runs) from their sparse gradients after it
             self.table_optimizer = fused_table_optimizer(config, self.world_size, self.device)
-            fused = bind_table_optimizer(self.model, self.table_optimizer) if self.table_optimizer else []
-            self.optimizer = create_optimizer(train, self.model, fused)
+            fused = bind_table_optimizer(self.model, self.table_optimizer) \
+                if self.table_optimizer and collections_fuse(config) else []
+            self.row_trainer = bind_row_trainer(self.model, self.table_optimizer) if self.table_optimizer else None
+            apart = fused + (self.row_trainer.parameters() if self.row_trainer else [])
+            self.optimizer = create_optimizer(train, self.model, apart)
             bind_optimizer(self.model, self.optimizer)  # cached tables carry the optimizer's row state
         self.table_fields = self.model.table_fields()  # table name -> field it looks up
         self.prefetching = [(layer, self.table_fields[name]) for name, layer in cached_layers(self.model).items()
@@ -138,6 +143,7 @@ class Engine:
     def state(self) -> dict[str, Any]:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "table_optimizer": table_optimizer_state(self.model),
+                "table_rows": self.row_trainer.state_dict() if self.row_trainer else {},
                 "table_rule": self.table_optimizer.describe() if self.table_optimizer else None, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch, "global_step": self.global_step,
                 "history": self.history,
                 "config": checkpoint_sections(self.config)}
@@ -162,6 +168,12 @@ class Engine:
         if table_optimizer:
             self._check_table_rule(state.get("table_rule", "unrecorded"), path)
             load_table_optimizer_state(self.model, state.get("table_optimizer", {}), f"checkpoint {path}")
+            rows = state.get("table_rows", {})
+            if self.row_trainer is not None:
+                self.row_trainer.load(rows, f"checkpoint {path}")
+            elif rows:
+                raise CheckpointError(f"checkpoint {path} holds the row state of tables this run does not train "
+                                      f"by rows ({sorted(rows)[0]!r})")
         self.epoch, self.step_in_epoch = state["epoch"], state["step_in_epoch"]
         self.global_step, self.history = state["global_step"], list(state["history"])
 
@@ -325,6 +337,9 @@ class Engine:
             loss.backward()
             self._after_backward()
             self.optimizer.step()
+        if self.row_trainer is not None:
+            self.row_trainer.step()
+            self.row_trainer.clear_grad()
         for table in self.row_tables:
             table.apply_row_updates(self.table_learning_rate)
         self.optimizer.clear_grad()

@@ -9,6 +9,7 @@ import paddle
 
 from .nn.base import EmbeddingBase, dtype_name, embedding_layers
 from .nn.collection import collections_of
+from .nn.row_trainer import RowTrainer
 from .errors import EdoValueError
 from .runtime import gpu_available
 
@@ -173,7 +174,7 @@ def memory_report(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer 
     """One row per embedding table (the estimate is the layer's formula, held is what its tensors take,
     error a packed table's), and what the process holds now. The optimizer state training keeps for each
     table (estimated by the rule's formula, held as its tensors are) is counted for the rule a model's
-    collections fuse (``TableOptimizer``) and for ``optimizer``, Paddle's optimizer of the other
+    collections fuse or a RowTrainer applies (``TableOptimizer``) and for ``optimizer``, Paddle's optimizer of the other
     parameters (its state appears at its first step: held 0 before). A low_precision table's row state is
     a buffer of the table, counted in its own bytes; a cached table's rows keep theirs in the host store
     (its host bytes), its device cache's in ``optimizer``. An optimizer class outside PADDLE_STATES is refused
@@ -183,6 +184,8 @@ def memory_report(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer 
                             f"{', '.join(PADDLE_STATES)}")
     fused = {id(collection[key]): (collection, key) for collection in collections_of(model).values()
              for key in collection.trained_tables()}  # (a table packed after training keeps its state there)
+    fused.update({id(layer): layer.row_trainer for layer in model.sublayers(include_self=True)
+                  if getattr(layer, "row_trainer", None) is not None})  # tables trained from their own gradients
     tables = []
     for name, layer in embedding_layers(model):
         if isinstance(layer, EmbeddingBase):
@@ -207,10 +210,10 @@ def _optimizer_state(layer: paddle.nn.Layer, fused: dict, optimizer: paddle.opti
     rules, estimate, held = [], 0, 0
     for part in layer.sublayers(include_self=True):  # a composite's parts may be a collection's tables
         if id(part) in fused:
-            collection, key = fused[id(part)]
-            rules.append(f"{collection.optimizer.name} (fused)")
-            estimate += collection.optimizer.state_bytes(part.num_embeddings, part.embedding_dim)
-            held += collection.state_held_bytes(key)
+            trainer, key = fused[id(part)]  # a collection (its backward), or a RowTrainer (its tables' gradients)
+            rules.append(f"{trainer.optimizer.name} ({'by rows' if isinstance(trainer, RowTrainer) else 'fused'})")
+            estimate += trainer.optimizer.state_bytes(part.num_embeddings, part.embedding_dim)
+            held += trainer.state_held_bytes(key)
     for parameter in layer.parameters():
         if optimizer is not None and not parameter.stop_gradient and _trains(optimizer, parameter):
             per_value, single = PADDLE_STATES[type(optimizer).__name__]

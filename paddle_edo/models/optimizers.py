@@ -17,31 +17,35 @@ _CLASSES = {"adam": paddle.optimizer.Adam, "adagrad": paddle.optimizer.Adagrad, 
 
 
 def fused_table_optimizer(config: dict[str, Any], world_size: int = 1, device: str = "cpu") -> TableOptimizer | None:
-    """The rule a model's collections apply to their fp32 and QAT tables in their backward pass:
+    """The rule the native kernels apply to a model's fp32 and QAT tables, outside Paddle's optimizer:
     ``train.table_optimizer`` (its ``name``, or ``train.optimizer`` where it is fused: sgd, adagrad, adam) at
-    the tables' learning rate, where the run lets tables train apart from Paddle's optimizer. None (tables
-    train through Paddle's optimizer, as per-table layers do) under AMP (the loss scale is Paddle's
-    optimizer's), with several ranks (collective mode all-reduces table gradients), with monitoring (the
-    monitors read tables' gradients), off the CPU or without the native kernels, or with
-    ``embedding.collection: false``; a ``train.table_optimizer.name`` the run cannot fuse is refused
-    (ConfigError naming why), as no Paddle optimizer has the row-wise rules."""
+    the tables' learning rate, where the run lets tables train apart. None (tables train through Paddle's
+    optimizer) under AMP (the loss scale is Paddle's optimizer's), with several ranks (collective mode
+    all-reduces table gradients), off the CPU or without the native kernels; a ``train.table_optimizer.name``
+    such a run cannot apply is refused (ConfigError naming why), as no Paddle optimizer has the row-wise
+    rules. Where the collections can fuse it (``collections_fuse``) it runs in their backward pass, elsewhere
+    on each table's own sparse gradient (``paddle_edo.nn.RowTrainer``)."""
     train = config["train"]
     section = train["table_optimizer"]
     name = section["name"] or train["optimizer"]
     blocked = [reason for reason, applies in (
         ("train.amp.enable is true", train["amp"]["enable"]), (f"{world_size} ranks train", world_size > 1),
-        ("monitor.enable is true", config["monitor"]["enable"]),
-        ("embedding.collection is false", not config["embedding"].get("collection", True)),
         (f"the device is {device!r}, not the CPU", device != "cpu"),
         ("paddle_edo's native kernels are not built", fused_ops() is None)) if applies]
     if blocked and section["name"]:
-        raise ConfigError(f"train.table_optimizer.name = {name!r} trains tables in a collection's fused backward, "
+        raise ConfigError(f"train.table_optimizer.name = {name!r} trains tables with paddle_edo's native kernels, "
                           f"which this run cannot use: {blocked[0]} (drop train.table_optimizer.name to train "
                           f"tables with train.optimizer)")
     if blocked or name not in FUSED_RULES:
         return None
     return TableOptimizer(name, train["embedding_learning_rate"] or train["learning_rate"], beta1=section["beta1"],
                           beta2=section["beta2"], weight_decay=section["weight_decay"], state_dtype=section["state_dtype"])
+
+
+def collections_fuse(config: dict[str, Any]) -> bool:
+    """Whether the collections train their tables in their backward pass: not with ``embedding.collection:
+    false``, nor with monitoring (the monitors read tables' gradients, which a fused backward never makes)."""
+    return config["embedding"].get("collection", True) and not config["monitor"]["enable"]
 
 
 def create_optimizer(train: dict[str, Any], model: paddle.nn.Layer | None = None,

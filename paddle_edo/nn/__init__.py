@@ -12,6 +12,7 @@ from .cached import CachedEmbedding, bind_optimizer, load_model_with_caches, unc
 from .char_word import CharWordEmbedding
 from .bag import EmbeddingBag, pooled_lookup
 from .collection import EmbeddingCollection
+from .row_trainer import RowTrainer, bind_row_trainer
 from .ps_table import PSEmbedding
 from .convert import dequantize_model, quantize, row_updated_tables
 from .swap import swap_sublayers
@@ -19,6 +20,7 @@ from .swap import swap_sublayers
 __all__ = [
     "CachedEmbedding", "CharWordEmbedding", "ClusteredEmbedding", "EmbeddingBag", "EmbeddingBase",
     "DenseEmbedding", "EmbeddingCollection", "HashEmbedding", "MixedDimEmbedding", "MultiTaskEmbedding", "PSEmbedding", "QREmbedding",
-    "QuantizedEmbedding", "EMBEDDINGS", "TableSpec", "build_embedding", "bind_optimizer", "dequantize_model",
+    "QuantizedEmbedding", "RowTrainer", "EMBEDDINGS", "TableSpec", "build_embedding", "bind_optimizer", "bind_row_trainer",
+    "dequantize_model",
     "field_tables", "load_model_with_caches", "pooled_lookup", "quantize", "register_embedding", "row_updated_tables", "swap_sublayers", "uncache"
 ]

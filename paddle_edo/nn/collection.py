@@ -26,6 +26,7 @@ from ..compat import dynamic_graph_under_sot
 from ..errors import EdoIndexError, EdoKeyError, EdoTypeError, EdoValueError
 from ..kernels import fused_ops
 from ..optim import TableOptimizer
+from ..optim.states import TableStates
 from .bag import pooled_lookup
 from .base import EmbeddingBase, int64_ids
 from .dense import DenseEmbedding
@@ -85,9 +86,7 @@ class EmbeddingCollection(paddle.nn.Layer):
         # pools and skips the same ids
         self.padding = {key: table.padding_idx for key, table in tables.items()}
         self.optimizer: TableOptimizer | None = None
-        self._states: dict[str, tuple[paddle.Tensor, paddle.Tensor]] = {}
-        self._beta_pows: paddle.Tensor | None = None
-        self._steps: paddle.Tensor | None = None  # each table's steps taken: 16-bit states' rounding draws on it
+        self._states: TableStates | None = None
 
     # ------------------------------------------------------------- tables
     def __getitem__(self, key: str) -> EmbeddingBase:
@@ -112,7 +111,7 @@ class EmbeddingCollection(paddle.nn.Layer):
     def fused_tables(self) -> list[str]:
         """Names of the tables the batched kernels serve: fp32 DenseEmbedding tables, and QAT tables with
         an fp32 master and fp32 output."""
-        return [key for key, table in self.tables().items() if _fused(table)]
+        return [key for key, table in self.tables().items() if fused_layer(table)]
 
     # ---------------------------------------------------------- optimizer
     def bind_optimizer(self, optimizer: TableOptimizer) -> list[str]:
@@ -123,74 +122,35 @@ class EmbeddingCollection(paddle.nn.Layer):
             raise EdoTypeError(f"{type(self).__name__}.bind_optimizer takes a TableOptimizer, got "
                                f"{type(optimizer).__name__}")
         self.optimizer = optimizer
-        self._states = {}
-        for key in self.fused_tables():
-            weight = self[key].weight
-            first, second = optimizer.state_shapes(*weight.shape)
-            self._states[key] = (paddle.zeros(first, dtype=optimizer.stored_dtype),
-                                 paddle.zeros(second, dtype=optimizer.stored_dtype))
-        pows = [[optimizer.beta1, optimizer.beta2]] * len(self._states)
-        self._beta_pows = paddle.to_tensor(np.array(pows, dtype=np.float32).reshape([-1, 2]))
-        self._steps = paddle.zeros([len(self._states)], dtype="int64")
-        return list(self._states)
+        self._states = TableStates(optimizer, {key: tuple(self[key].weight.shape) for key in self.fused_tables()},
+                                   f"collection {self.full_name()}")
+        return self._states.keys()
 
     def trained_tables(self) -> list[str]:
         """Names of the tables the bound optimizer trains (none before ``bind_optimizer``)."""
-        return list(self._states)
+        return self._states.keys() if self._states is not None else []
 
     def state_held_bytes(self, key: str) -> int:
-        """Bytes of table ``key``'s optimizer state as held: its state tensors, and its two step counts for
-        Adam's rules."""
-        first, second = self._states[key]
-        counts = (8 if self.optimizer.counts_steps else 0) + (8 if self.optimizer.rounds_stochastically else 0)
-        return int(first.size) * first.element_size() + int(second.size) * second.element_size() + counts
+        """Bytes of table ``key``'s optimizer state as held (TableStates.held_bytes)."""
+        return self._states.held_bytes(key)
 
     def fused_parameters(self) -> list[paddle.Tensor]:
         """The parameters the bound optimizer trains (none before ``bind_optimizer``)."""
-        return [self[key].weight for key in self._states]
+        return [self[key].weight for key in self.trained_tables()]
 
     def optimizer_state(self) -> dict[str, np.ndarray]:
         """The bound optimizer's state by ``<table>.<state>`` (``state1``, ``state2``, ``beta_pows``, and
-        ``steps`` for 16-bit states), for a checkpoint; empty when none is bound."""
-        state = {}
-        for index, (key, (first, second)) in enumerate(self._states.items()):
-            for label, tensor in (("state1", first), ("state2", second)):
-                if tensor.size:
-                    state[f"{key}.{label}"] = tensor.numpy().copy()
-            if self.optimizer.counts_steps:
-                state[f"{key}.beta_pows"] = self._beta_pows[index].numpy().copy()
-            if self.optimizer.rounds_stochastically:
-                state[f"{key}.steps"] = self._steps[index].numpy().copy()
-        return state
+        ``steps`` for compressed states), for a checkpoint; empty when none is bound."""
+        return self._states.state_dict() if self._states is not None else {}
 
     def set_optimizer_state(self, state: Mapping[str, np.ndarray], owner: str = "checkpoint") -> None:
         """Restore ``optimizer_state()``'s values exactly; a missing or misshapen entry is refused by name."""
-        expected = self.optimizer_state()
-        if set(state) != set(expected):
-            missing = sorted(set(expected) ^ set(state))
-            raise EdoValueError(f"{owner}: the table optimizer state does not match this collection's "
-                                f"({self.optimizer.name if self.optimizer else 'none bound'}): {missing[0]!r} differs")
-        pows = self._beta_pows.numpy() if self._beta_pows is not None else None
-        steps = self._steps.numpy() if self._steps is not None else None
-        for index, (key, (first, second)) in enumerate(self._states.items()):
-            for label, tensor in (("state1", first), ("state2", second)):
-                name = f"{key}.{label}"
-                if name in state:
-                    value = np.asarray(state[name])
-                    if value.dtype != tensor.numpy().dtype:
-                        raise EdoValueError(f"{owner}: table optimizer state {name} is {value.dtype}, expected "
-                                            f"{tensor.numpy().dtype} (state_dtype {self.optimizer.state_dtype!r})")
-                    if list(value.shape) != list(tensor.shape):
-                        raise EdoValueError(f"{owner}: table optimizer state {name} has shape {list(value.shape)}, "
-                                            f"expected {list(tensor.shape)}")
-                    paddle.assign(paddle.to_tensor(value), tensor)
-            if f"{key}.beta_pows" in state:
-                pows[index] = np.asarray(state[f"{key}.beta_pows"], dtype=np.float32)
-            if f"{key}.steps" in state:
-                steps[index] = np.asarray(state[f"{key}.steps"], dtype=np.int64)
-        if pows is not None:
-            paddle.assign(paddle.to_tensor(pows), self._beta_pows)
-            paddle.assign(paddle.to_tensor(steps), self._steps)
+        if self._states is None:
+            if state:
+                raise EdoValueError(f"{owner}: the table optimizer state does not match this collection's "
+                                    f"(none bound): {sorted(state)[0]!r} differs")
+            return
+        self._states.load(state, owner)
 
     # ------------------------------------------------------------ lookups
     @dynamic_graph_under_sot
@@ -298,7 +258,7 @@ class EmbeddingCollection(paddle.nn.Layer):
         if not fused or not all(self[key].weight.place.is_cpu_place() for key in fused):
             return False
         training = paddle.is_grad_enabled() and not all(self[key].weight.stop_gradient for key in fused)
-        return not training or (self.optimizer is not None and set(fused) == set(self._states))
+        return not training or (self.optimizer is not None and set(fused) == set(self.trained_tables()))
 
     def _fused_lookup(self, keys: list[str], ids: list[paddle.Tensor], offsets: list[paddle.Tensor | None],
                       batch: int) -> paddle.Tensor:
@@ -348,17 +308,9 @@ class _Plan:
                                                      self.range_iterations)
 
     def update(self, grad: paddle.Tensor) -> paddle.Tensor:
-        collection = self.collection
-        optimizer = collection.optimizer
-        count = len(self.keys)
-        states = [collection._states[key] for key in self.keys]  # every fused table, in order (_kernels_serve)
-        return fused_ops().edo_collection_update(
-            self.weights, [s[0] for s in states], [s[1] for s in states], self.ids, self.bounds,
-            grad if grad.dtype == paddle.float32 else grad.astype("float32"), collection._beta_pows, collection._steps,
-            self.lengths, self.modes, self.paddings, self.batch,
-            [optimizer.rule] * count, [float(optimizer.learning_rate)] * count, [float(optimizer.epsilon)] * count,
-            [float(optimizer.beta1)] * count, [float(optimizer.beta2)] * count, [float(optimizer.weight_decay)] * count,
-            [optimizer.state_format] * count)
+        # every fused table, in the states' order (_kernels_serve)
+        return self.collection._states.update(self.weights, self.ids, self.bounds, grad, self.lengths, self.modes,
+                                              self.paddings, self.batch)
 
 
 class _FusedTraining(paddle.autograd.PyLayer):
@@ -399,7 +351,7 @@ class _ids_named:
                             f"[0, {found.group(3)})") from None
 
 
-def _fused(table: paddle.nn.Layer) -> bool:
+def fused_layer(table: paddle.nn.Layer) -> bool:
     """Whether the batched kernels serve ``table``: an fp32 DenseEmbedding, or a ptq / qat table still
     training its fp32 master with fp32 output (a QAT table's gradient passes straight through to the master,
     as a dense one's)."""

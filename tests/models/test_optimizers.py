@@ -4,6 +4,7 @@ import pytest
 
 from paddle_edo.models.optimizers import create_optimizer, fused_table_optimizer
 from paddle_edo.nn import DenseEmbedding
+from paddle_edo.nn.collection import collections_of
 from paddle_edo.optim import TableOptimizer
 from paddle_edo.schema import ConfigError
 
@@ -55,12 +56,35 @@ def test_a_row_wise_table_rule_trains_the_tables_with_one_float_per_row(syntheti
         assert table.optimizer_estimated_bytes == table.optimizer_held_bytes == table.rows * 4 + counts
 
 
-def test_a_table_rule_the_run_cannot_fuse_is_refused(synthetic_config):
+def test_a_table_rule_the_run_cannot_apply_is_refused(synthetic_config):
     from paddle_edo.engine import Engine
     config = synthetic_config(table_optimizer={"name": "rowwise_adagrad"})
-    config["monitor"]["enable"] = True
-    with pytest.raises(ConfigError, match="train.table_optimizer.name = 'rowwise_adagrad' trains tables in a "
-                                          "collection's fused backward, which this run cannot use: "
-                                          "monitor.enable is true"):
+    config["train"]["amp"]["enable"] = True
+    with pytest.raises(ConfigError, match="train.table_optimizer.name = 'rowwise_adagrad' trains tables with "
+                                          "paddle_edo's native kernels, which this run cannot use: "
+                                          "train.amp.enable is true"):
         Engine(config)
     assert fused_table_optimizer(synthetic_config()) == TableOptimizer("adam", 0.01)  # train.optimizer, fused
+
+
+@pytest.mark.parametrize("unfused", [{"monitor": True}, {"collection": False}])
+def test_where_collections_cannot_fuse_tables_train_by_rows_with_the_same_rule(synthetic_config, unfused):
+    from paddle_edo.engine import Engine
+    config = synthetic_config(table_optimizer={"name": "rowwise_adam", "beta1": 0.0, "state_dtype": "int8"},
+                              epochs=1)
+    config["monitor"]["enable"] = unfused.get("monitor", False)
+    config["embedding"]["collection"] = unfused.get("collection", True)
+    engine = Engine(config)
+    assert engine.row_trainer is not None
+    assert not any(c.trained_tables() for c in collections_of(engine.model).values())
+    trained = set(engine.row_trainer.trained_tables())
+    assert {f"embeddings.{f.name}" for f in engine.fields} <= trained
+    assert not any(p is q for p in engine.row_trainer.parameters() for group in engine.optimizer._param_groups
+                   for q in (group["params"] if isinstance(group, dict) else [group]))
+    start = {name: table.weight.numpy().copy() for name, table in engine.row_trainer.tables.items()}
+    engine.train_epochs(validate=False)
+    assert all(not np.array_equal(table.weight.numpy(), start[name]) for name, table in engine.row_trainer.tables.items())
+    report = engine.memory_report()
+    for table in report.tables:
+        assert table.optimizer == "rowwise_adam (by rows)"
+        assert table.optimizer_estimated_bytes == table.optimizer_held_bytes == 4 * table.rows + 16

@@ -1,0 +1,91 @@
+"""RowTrainer: tables outside a collection trained by a TableOptimizer from their own sparse gradients equal
+Paddle's optimizers bit for bit, take the row-wise and compressed rules, and resume exactly."""
+import numpy as np
+import paddle
+import pytest
+
+from paddle_edo.errors import EdoValueError
+from paddle_edo.kernels import fused_ops
+from paddle_edo.nn import DenseEmbedding, HashEmbedding, MixedDimEmbedding, QREmbedding
+from paddle_edo.nn.row_trainer import RowTrainer, bind_row_trainer, row_trained_tables
+from paddle_edo.optim import TableOptimizer
+
+pytestmark = pytest.mark.skipif(fused_ops() is None, reason="the native kernels cannot be built here")
+
+
+def paddle_optimizer(name, lr, parameters):
+    if name == "adam":
+        return paddle.optimizer.Adam(lr, parameters=parameters, lazy_mode=True)
+    return {"sgd": paddle.optimizer.SGD, "adagrad": paddle.optimizer.Adagrad}[name](lr, parameters=parameters)
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+@pytest.mark.parametrize("name", ["sgd", "adagrad", "adam"])
+def test_a_table_trained_by_rows_equals_paddles_optimizer(name, sparse):
+    paddle.seed(3)
+    ours, theirs = DenseEmbedding(40, 8, sparse=sparse), DenseEmbedding(40, 8, sparse=sparse)
+    theirs.weight.set_value(ours.weight.numpy())
+    start = ours.weight.numpy().copy()
+    trainer = RowTrainer(TableOptimizer(name, 0.05), {"t": ours})
+    reference = paddle_optimizer(name, 0.05, [theirs.weight])
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        ids = paddle.to_tensor(rng.integers(0, 40, (16, 3)))  # repeated ids: their rows summed in order
+        upstream = paddle.to_tensor(rng.standard_normal((16, 3, 8)).astype("float32"))
+        (ours(ids) * upstream).sum().backward()
+        (theirs(ids) * upstream).sum().backward()
+        trainer.step()
+        trainer.clear_grad()
+        reference.step()
+        reference.clear_grad()
+        assert ours.weight.grad is None
+    if sparse:
+        np.testing.assert_array_equal(ours.weight.numpy(), theirs.weight.numpy())
+    elif name != "adam":  # a dense gradient: every row takes the rule (Paddle's dense kernels round in their order)
+        np.testing.assert_allclose(ours.weight.numpy(), theirs.weight.numpy(), rtol=1e-5, atol=1e-7)
+    else:  # every row moves, as non-lazy Adam's; its bias correction counts steps as Paddle's sparse Adam does
+        assert np.all(ours.weight.numpy() != start)
+
+
+@pytest.mark.parametrize("state_dtype", ["float32", "bfloat16", "int8"])
+@pytest.mark.parametrize("rule", ["rowwise_adagrad", "rowwise_adam", "adam"])
+def test_composite_tables_train_their_parts_by_rows_and_resume_exactly(rule, state_dtype):
+    def model(seed):
+        paddle.seed(seed)
+        layer = paddle.nn.Layer()
+        layer.hashed = HashEmbedding(1000, 8, 64, num_hashes=2)
+        layer.qr = QREmbedding(500, 8, 16)
+        layer.mixed = MixedDimEmbedding(500, 8, np.arange(500)[::-1].astype(float), num_blocks=2)
+        return layer
+
+    def train(layer, trainer, steps):
+        for ids in steps:
+            out = layer.hashed(ids) + layer.qr(ids % 500) + layer.mixed(ids % 500)
+            (out * out).sum().backward()
+            trainer.step()
+            trainer.clear_grad()
+
+    rng = np.random.default_rng(1)
+    steps = [paddle.to_tensor(rng.integers(0, 1000, 32)) for _ in range(4)]
+    optimizer = TableOptimizer(rule, 0.02, state_dtype=state_dtype)
+    whole = model(1)
+    names = sorted(row_trained_tables(whole))
+    assert names == ["hashed.table", "mixed.blocks.0", "mixed.blocks.1", "qr.quotient", "qr.remainder"]
+    start = whole.hashed.table.weight.numpy().copy()
+    train(whole, bind_row_trainer(whole, optimizer), steps)
+    assert not np.array_equal(whole.hashed.table.weight.numpy(), start)
+    first = model(1)
+    trainer = bind_row_trainer(first, optimizer)
+    train(first, trainer, steps[:2])
+    saved_weights = {k: v.numpy().copy() for k, v in first.state_dict().items()}
+    saved_state = trainer.state_dict()
+    resumed = model(2)
+    resumed.set_state_dict({k: paddle.to_tensor(v) for k, v in saved_weights.items()})
+    trainer = bind_row_trainer(resumed, optimizer)
+    trainer.load(saved_state, "test")
+    train(resumed, trainer, steps[2:])
+    for key, value in whole.state_dict().items():
+        np.testing.assert_array_equal(resumed.state_dict()[key].numpy(), value.numpy(), err_msg=key)
+    assert trainer.state_held_bytes("qr.quotient") == optimizer.state_bytes(*resumed.qr.quotient.weight.shape)
+    with pytest.raises(EdoValueError, match="belongs to no table trained by rows"):
+        trainer.load({**saved_state, "other.state1": np.zeros(1)}, "test")
