@@ -25,6 +25,16 @@ def auc(labels: np.ndarray, scores: np.ndarray) -> float:
     return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
 
+def chance_auc(labels: np.ndarray) -> float:
+    """The AUC scores that know nothing of the labels stay under with 97.7% probability: 0.5 plus two
+    standard deviations of the Mann-Whitney AUC of random scores, sqrt((P + N + 1) / (12 P N)) for P
+    positives and N negatives (0.0042 for 100,000 rows a quarter positive)."""
+    labels = np.asarray(labels).ravel().astype(bool)
+    positives = int(labels.sum())
+    negatives = labels.size - positives
+    return 0.5 + 2.0 * float(np.sqrt((positives + negatives + 1) / (12.0 * positives * negatives)))
+
+
 def logloss(labels: np.ndarray, probabilities: np.ndarray, eps: float = 1e-7) -> float:
     """Mean binary cross-entropy, probabilities clipped to [eps, 1 - eps]."""
     y = np.asarray(labels, dtype=np.float64).ravel()

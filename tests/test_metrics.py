@@ -3,7 +3,7 @@ import itertools
 import numpy as np
 import pytest
 
-from paddle_edo.metrics import auc, logloss
+from paddle_edo.metrics import auc, chance_auc, logloss
 
 
 def brute_force_auc(labels, scores):
@@ -39,3 +39,13 @@ def test_logloss_matches_the_formula_and_clips():
     expected = -np.mean([np.log(0.9), np.log(0.8), np.log(0.6)])
     assert logloss(y, p) == pytest.approx(expected)
     assert np.isfinite(logloss([1, 0], [0.0, 1.0]))
+
+
+def test_chance_auc_bounds_the_auc_of_scores_that_know_nothing():
+    labels = np.r_[np.ones(25_000), np.zeros(75_000)]
+    bound = chance_auc(labels)
+    assert bound == pytest.approx(0.5 + 2 * np.sqrt(100_001 / (12 * 25_000 * 75_000)))  # 0.5042
+    rng = np.random.default_rng(0)
+    random_aucs = [auc(labels, rng.random(labels.size)) for _ in range(200)]
+    assert 0.93 < np.mean(np.array(random_aucs) < bound) <= 1.0  # 97.7% expected
+    assert auc(labels, labels + rng.random(labels.size)) > bound

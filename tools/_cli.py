@@ -74,6 +74,18 @@ def fail_cleanly(debug: bool = False) -> Iterator[None]:
         sys.exit(1 if isinstance(exc, DivergedError) else 2)  # diverged: not an input error, the run failed
 
 
+def learned_nothing(results: dict[str, float]) -> int:
+    """1, with an error line on stderr, for a run whose test AUC is no better than chance (as a diverged
+    run's tools fail); else 0."""
+    if results["test_auc"] >= results["test_auc_chance"]:
+        return 0
+    print(f"error: test AUC {results['test_auc']:.4f} is no better than chance (scores that know nothing stay "
+          f"under {results['test_auc_chance']:.4f} on this test split): the run learned nothing; lower "
+          f"train.learning_rate (distributed.sparse_learning_rate for parameter servers) or check the labels",
+          file=sys.stderr, flush=True)
+    return 1
+
+
 def results_table(config: dict[str, Any], results: dict[str, float], report: Any,
                   caches: dict[str, dict[str, float]] | None = None) -> str:
     from paddle_edo.memory import format_bytes

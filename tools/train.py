@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools._cli import experiment_parser, fail_cleanly, results_table  # noqa: E402
+from tools._cli import experiment_parser, fail_cleanly, learned_nothing, results_table  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
             from paddle_edo.distributed.processes import FINISHED
 
             print(f"{FINISHED} trainer {engine.rank}", flush=True)
-    return 0
+        return learned_nothing(results)
 
 
 def planned_config(config: dict) -> dict:
@@ -62,6 +62,7 @@ def run_parameter_server_process(config: dict) -> int:
               f"loss {results['loss_first_epoch']:.4f} -> {results['loss_last_epoch']:.4f}")
         print(f"test auc {results['test_auc']:.4f}")
         print(f"test logloss {results['test_logloss']:.4f}")
+        return learned_nothing(results)
     return 0
 
 

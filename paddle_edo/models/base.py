@@ -12,7 +12,7 @@ import paddle.nn.functional as F
 from ..data.ctr import FieldSpec
 from ..errors import EdoValueError
 from ..export import input_specs
-from ..metrics import accuracy, auc, logloss
+from ..metrics import accuracy, auc, chance_auc, logloss
 from ..schema import Option
 
 
@@ -77,9 +77,10 @@ class RecModel(paddle.nn.Layer):
     def create_metrics(self, labels: np.ndarray, probabilities: np.ndarray,
                        regressions: dict[str, np.ndarray] | None = None,
                        targets: dict[str, np.ndarray] | None = None) -> dict[str, float]:
-        """AUC, logloss and accuracy of the click probabilities; the RMSE of each regression target."""
+        """AUC, logloss and accuracy of the click probabilities (and ``auc_chance``, the AUC scores that know
+        nothing stay under: metrics.chance_auc); the RMSE of each regression target."""
         results = {"auc": auc(labels, probabilities), "logloss": logloss(labels, probabilities),
-                   "accuracy": accuracy(labels, probabilities)}
+                   "accuracy": accuracy(labels, probabilities), "auc_chance": chance_auc(labels)}
         for target, values in (regressions or {}).items():
             results[f"{target}_rmse"] = float(np.sqrt(np.mean((values - targets[target]) ** 2)))
         return results

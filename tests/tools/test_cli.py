@@ -277,3 +277,21 @@ def test_a_trained_movielens_run_serves_from_redis_as_from_its_files(tmp_path):
             service.communicate(timeout=30)
     finally:
         server.close()
+
+
+def test_a_run_that_learns_nothing_says_so_and_fails(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(0)  # labels drawn apart from the ids: nothing to learn
+    data = tmp_path / "noise.csv"
+    rows = zip(rng.integers(0, 2, 20000), rng.integers(0, 50, 20000), rng.integers(0, 50, 20000))
+    data.write_text("label,user,item\n" + "".join(f"{y},{u},{i}\n" for y, u, i in rows))
+    result = run("train.py", "-c", "configs/movielens_dense.yaml", "-o", "data.name=csv", "-o", f"data.files.path={data}",
+                 "-o", "data.files.ids=given", "-o", "data.files.categorical={user: {num_embeddings: 50}, "
+                 "item: {num_embeddings: 50}}", "-o", "train.epochs=1", "-o", "monitor.enable=false",
+                 "-o", f"train.output_dir={tmp_path / 'out'}")
+    assert result.returncode == 1, result.stderr
+    (line,) = error_lines(result)
+    assert line.startswith("error: test AUC 0.") and "is no better than chance (scores that know nothing stay " \
+                                                       "under 0.5" in line and "the run learned nothing" in line
+    assert "test auc " in result.stdout  # the results are printed first
