@@ -19,7 +19,8 @@ DISTRIBUTED_OPTIONS: dict[str, Option] = {
                    doc="ps: Fleet parameter servers; collective: DataParallel (under paddle.distributed.launch)"),
     "ps_mode": Option("async", str, choices=("async", "geo", "sync"), doc="sync is refused (segfaults in 2.6.2)"),
     "k_steps": Option(100, int, low=1, doc="geo: local steps between pushes"),
-    "pull_dense_every": Option(10, int, low=1, doc="async: steps between pulls of the dense parameters"),
+    "pull_dense_every": Option(1, int, low=1, doc="async: steps between pulls of the dense parameters (more "
+                               "train the dense layers on stale copies: at 10, a Criteo run learned nothing)"),
     # feature admission and table kind: the PS table layer's own options
     **{k: v for k, v in EMBEDDINGS["ps_sparse"].config_options.items() if k != "geo"},
     "show_click_threshold": Option(10.0, float, low=0.0,

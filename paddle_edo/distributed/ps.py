@@ -184,6 +184,9 @@ class PSJob:
                 feed = self._feed(batch, admit=True)
                 loss, *fetched = exe.run(main, feed=feed, fetch_list=[self.loss, *fetches])
                 losses.append(float(loss))
+                if step % train["log_every_steps"] == 0:
+                    logger.info("%s: step %d  loss %.4f (the last %d steps)", self.role, step,
+                                np.mean(losses[-train["log_every_steps"]:]), min(len(losses), train["log_every_steps"]))
                 if self.monitor is not None:
                     self._monitor_step(step, feed, fetched)
                 if not self.geo and step % every == 0:
