@@ -12,7 +12,7 @@ STAMP3 := $(VENV3)/.installed-$(shell cat requirements-paddle3.txt setup.py | ck
 PYTEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-paddle3 setup-peers data kernels redis-server demo test test-paddle26 test-paddle3 clean
+.PHONY: setup setup-paddle3 setup-peers data kernels redis-server demo test test-paddle26 test-paddle3 docs clean
 
 $(STAMP): requirements.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,18 @@ test-paddle26: data kernels redis-server $(TEST_STAMP)
 test-paddle3: data redis-server $(STAMP3)
 	$(PY3) -m paddle_edo.kernels
 	$(PY3) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS) tests
+	$(MAKE) docs
+
+# the guides and the API reference (Sphinx, MyST for the Markdown guides) into docs/_build, warnings as
+# errors; built in the Paddle 3.3.1 environment, the shorter test leg
+DOCS_STAMP := $(VENV3)/.installed-docs-$(shell cat requirements-docs.txt | cksum | cut -d' ' -f1)
+
+$(DOCS_STAMP): $(STAMP3) requirements-docs.txt
+	$(PY3) -m pip install --disable-pip-version-check -q -r requirements-docs.txt
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(PY3) -m sphinx -W --keep-going -q -b html docs docs/_build
 
 clean:
-	rm -rf $(VENV) $(VENV3) $(VENV_PEERS) output .pytest_cache
+	rm -rf $(VENV) $(VENV3) $(VENV_PEERS) output .pytest_cache docs/_build

@@ -1,10 +1,15 @@
+import re
 from pathlib import Path
 
 from setuptools import find_packages, setup
 
+# the version lives in paddle_edo/__init__.py alone
+VERSION = re.search(r'^__version__ = "([^"]+)"', Path(__file__).with_name("paddle_edo").joinpath("__init__.py")
+                    .read_text(encoding="utf-8"), re.M).group(1)
+
 setup(
     name="paddle_edo",
-    version="0.1.0",
+    version=VERSION,
     description="PaddlePaddle embedding tables that cost less memory: quantized, shared, cached, monitored",
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
@@ -31,6 +36,7 @@ setup(
         "cpu": ["paddlepaddle==2.6.2", "numpy<2", "protobuf<5"],  # the old names of the paddle26 extras
         "gpu": ["paddlepaddle-gpu==2.6.2", "numpy<2", "protobuf<5"],
         "test": ["pytest>=7", "pytest-xdist>=3"],
+        "docs": ["sphinx>=7", "myst-parser>=2"],  # make docs: the guides and the API reference
         "faiss": ["faiss-cpu"],  # ClusteredEmbedding's K-Means runs on faiss when present, numpy otherwise
         # tools/serve_tables.py's HTTP service (paddle_edo.serving.create_app) and the Redis store (a Redis server
         # itself comes from the system: Debian's redis-server)

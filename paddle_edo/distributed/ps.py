@@ -1,7 +1,7 @@
 """Fleet parameter-server training: the CTR model built as a static program whose tables are PS sparse
 tables, one process per server or trainer under ``python -m paddle.distributed.launch``.
 
-Paddle 2.6.2 facts this relies on (measured on the CPU wheel, see the README):
+Paddle 2.6.2 facts this relies on (measured on the CPU wheel, see docs/guides/distributed.md):
 - sync mode segfaults in SendBarrierOp on its first step, so it is refused; async and geo work;
 - async trainers push dense gradients but never pull the updated dense parameters back: they are
   pulled here every ``pull_dense_every`` steps;

@@ -22,6 +22,7 @@ def register_model(name: str) -> Callable[[type], type]:
 
 
 def model_class(name: Any, path: str = "model.name") -> type[RecModel]:
+    """The model class registered as ``name``; ConfigError naming ``path`` and the registered names else."""
     if name not in MODELS:
         raise ConfigError(f"{path} = {name!r} is not a registered model; expected one of "
                           f"{', '.join(repr(n) for n in sorted(MODELS))}")

@@ -151,7 +151,7 @@ class EmbeddingBase(paddle.nn.Layer):
         return self.lookup(ids)
 
     def empty_lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
-        """What a batch without ids gives: [*ids.shape, embedding_dim] float32, nothing to train (Paddle's
+        """What a batch without ids gives: ``[*ids.shape, embedding_dim]`` float32, nothing to train (Paddle's
         gathers, reductions and custom operators fail on empty inputs; even ``nn.Embedding``'s backward
         crashes on one)."""
         return paddle.zeros([*ids.shape, self.embedding_dim], dtype="float32")

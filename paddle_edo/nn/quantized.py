@@ -237,7 +237,7 @@ class QuantizedEmbedding(EmbeddingBase):
         return self.decode_rows(ids, self.output_dtype)
 
     def empty_lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
-        """A batch without ids: zeros [*ids.shape, embedding_dim] in ``output_dtype``."""
+        """A batch without ids: zeros ``[*ids.shape, embedding_dim]`` in ``output_dtype``."""
         return paddle.zeros([*ids.shape, self.embedding_dim], dtype=self.output_dtype)
 
     def _as_output(self, rows: paddle.Tensor) -> paddle.Tensor:

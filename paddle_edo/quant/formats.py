@@ -68,6 +68,7 @@ FORMATS: dict[str, QuantFormat] = {
 
 
 def get_format(name: str, owner: str = "dtype") -> QuantFormat:
+    """The storage format ``name`` (a key of FORMATS); EdoValueError naming ``owner`` and the formats else."""
     if name not in FORMATS:
         raise EdoValueError(f"{owner} = {name!r} is not supported; supported: {', '.join(FORMATS)}")
     return FORMATS[name]

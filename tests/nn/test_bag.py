@@ -157,7 +157,7 @@ def test_training_steps_equal_a_lookup_then_pooling_with_lazy_adam():
             (out ** 2).sum().backward()
             opt.step()
             opt.clear_grad()
-    every = np.arange(1, N)  # the padding row: see the README on Paddle's sparse gradient of padding rows
+    every = np.arange(1, N)  # the padding row: see docs/guides/paddle-facts.md on Paddle's sparse gradient of padding rows
     np.testing.assert_allclose(bag.table.weight.numpy()[every], plain.weight.numpy()[every], rtol=1e-5, atol=1e-6)
 
 
