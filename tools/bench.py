@@ -796,7 +796,7 @@ def main(argv: list[str] | None = None) -> int:
     memory.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     memory.add_argument("--data", nargs="+", choices=("movielens", "criteo"), default=["movielens", "criteo"])
     memory.add_argument("--criteo-rows", type=int, default=1_000_000)
-    memory.add_argument("--runs", nargs="+", help="these runs only (default: all; the first is the baseline if named)")
+    memory.add_argument("--runs", nargs="+", help="these runs only (default: all; the AUC deltas need 'Adam, fp32' among them)")
     memory.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "paddle_edo_bench"),
                         help="where the generated data is kept between runs")
     memory.add_argument("--threads", type=int, default=2)

@@ -1,29 +1,14 @@
 """RedisTableStore behind the HTTP service: answers as the file store does, 503 while Redis is down and
 recovery when it returns, a new version followed between requests."""
-import json
-import threading
 import time
-import urllib.error
-import urllib.request
 
 import numpy as np
 import pytest
-import uvicorn
 
 from paddle_edo.serving import ServiceSettings, create_app, export_to_redis, open_redis_tables, open_tables
-from paddle_edo.serving.redis_server import free_port
 
+from http_helpers import call, serving
 from redis_fixtures import export_folder, redis_server
-
-
-def call(url, path, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
 
 
 @pytest.fixture
@@ -35,18 +20,11 @@ def served(tmp_path):
     server = redis_server()
     export_to_redis(folders[0], server.url, "served")
     app = create_app(open_redis_tables(server.url, "served"), settings=ServiceSettings(batch_window_ms=1.0))
-    port = free_port()
-    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="on"))
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    for _ in range(200):
-        if uv.started:
-            break
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", server, folders
-    uv.should_exit = True
-    thread.join(timeout=10)
-    server.close()
+    try:
+        with serving(app) as url:
+            yield url, server, folders
+    finally:
+        server.close()
 
 
 def test_the_service_answers_from_redis_as_from_the_files(served):

@@ -1,20 +1,16 @@
 import json
-import socket
-import threading
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import paddle
 import pyarrow as pa
 import pytest
-import uvicorn
 
 from paddle_edo.data.vocabulary import Vocabulary
 from paddle_edo.nn import DenseEmbedding
 from paddle_edo.serving import IndexSpec, NeighbourIndex, ServiceSettings, create_app, export_tables, open_tables
+
+from http_helpers import call, serving
 
 
 @pytest.fixture(scope="module")
@@ -32,31 +28,8 @@ def server(tmp_path_factory):
     index = NeighbourIndex.build(tables["items"].all_rows(), IndexSpec("cosine", "flat"), table="items")
     app = create_app(tables, {"items": index}, ServiceSettings(max_ids=100, max_body_bytes=4096,
                                                                batch_window_ms=5.0))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="on")
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    for _ in range(200):
-        if uv.started:
-            break
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", tables["items"], model.items.weight.numpy()
-    uv.should_exit = True
-    thread.join(timeout=10)
-    assert not thread.is_alive()  # a clean shutdown
-
-
-def call(url, path, body=None, raw=None):
-    data = raw if raw is not None else None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
+    with serving(app) as url:
+        yield url, tables["items"], model.items.weight.numpy()
 
 
 def test_rows_by_id_and_by_value(server):
