@@ -20,7 +20,7 @@ from .checkpoint import (CheckpointError, check_finite, checkpoint_difference, c
                          load_model_state, save_checkpoint)
 from .config import dump_config
 from .data import CTRBatches, CTRTable, Splits, count_frequencies, load_dataset
-from .memory import memory_report
+from .memory import GradientPeaks, memory_report
 from .models import build_model
 from .models.optimizers import collections_fuse, create_optimizer, fused_table_optimizer
 from .monitor import monitors_from_config
@@ -78,6 +78,9 @@ class Engine:
             self.optimizer = create_optimizer(train, self.model, apart)
             bind_optimizer(self.model, self.optimizer)  # cached tables carry the optimizer's row state
         self.table_fields = self.model.table_fields()  # table name -> field it looks up
+        lengths = {f.name: f.max_len if f.multi_valued else 1 for f in self.fields}
+        self.gradient_peaks = GradientPeaks({name: train["batch_size"] * lengths.get(field, 1)
+                                             for name, field in self.table_fields.items()})
         self.prefetching = [(layer, self.table_fields[name]) for name, layer in cached_layers(self.model).items()
                             if layer.prefetcher is not None and name in self.table_fields]
         self._load_pretrained(config["model"].get("pretrained", {}))
@@ -346,6 +349,7 @@ class Engine:
         return float(loss)
 
     def _after_backward(self) -> None:
+        self.gradient_peaks.observe(self.model)
         for cb in self.callbacks:
             cb.on_after_backward(self, self.global_step + 1)
 
@@ -389,7 +393,7 @@ class Engine:
 
     def memory_report(self):
         """The model's tables, with the optimizer state training keeps for them."""
-        return memory_report(self.model, self.optimizer)
+        return memory_report(self.model, self.optimizer, self.gradient_peaks)
 
     def cache_statistics(self) -> dict[str, dict[str, float]]:
         """Counters of each cached table (hits, misses, evictions, bytes moved), by table name."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import paddle
 
 from .nn.base import EmbeddingBase, dtype_name, embedding_layers
@@ -60,6 +61,8 @@ class TableMemory:
     optimizer: str = ""              # the rule that trains it ("adam", "rowwise_adagrad (fused)"), if any
     optimizer_estimated_bytes: int = 0  # its state for this table, by formula
     optimizer_held_bytes: int = 0       # and as held (Paddle's optimizers create theirs at the first step)
+    gradient_estimated_bytes: int = 0   # a training step's row gradients, at most (GradientPeaks.bound)
+    gradient_held_bytes: int = 0        # and the largest a step of this run held (GradientPeaks.observe)
 
 
 @dataclass(frozen=True)
@@ -87,29 +90,45 @@ class MemoryReport:
     def optimizer_held_bytes(self) -> int:
         return sum(t.optimizer_held_bytes for t in self.tables)
 
+    @property
+    def gradient_estimated_bytes(self) -> int:
+        return sum(t.gradient_estimated_bytes for t in self.tables)
+
+    @property
+    def gradient_held_bytes(self) -> int:
+        return sum(t.gradient_held_bytes for t in self.tables)
+
     def to_dict(self) -> dict:
         return {"tables": [asdict(t) for t in self.tables], "estimated_bytes": self.estimated_bytes,
                 "held_bytes": self.held_bytes, "host_bytes": self.host_bytes,
                 "optimizer_estimated_bytes": self.optimizer_estimated_bytes,
                 "optimizer_held_bytes": self.optimizer_held_bytes,
+                "gradient_estimated_bytes": self.gradient_estimated_bytes,
+                "gradient_held_bytes": self.gradient_held_bytes,
                 "process": None if self.process is None else asdict(self.process)}
 
     def __str__(self) -> str:
         host = self.host_bytes > 0  # a column for cached tables' host copies, when there are any
         error = any(t.error is not None for t in self.tables)  # and for packed tables' errors
         trained = any(t.optimizer for t in self.tables)  # and for optimizer state, when an optimizer was given
+        stepped = any(t.gradient_estimated_bytes for t in self.tables)  # and for row gradients, once measured
         header = (("table", "type", "rows", "dim", "dtype", "estimated", "held") + (("host",) if host else ())
-                  + (("error",) if error else ()) + (("optimizer", "state estimated", "state held") if trained else ()))
+                  + (("error",) if error else ()) + (("optimizer", "state estimated", "state held") if trained else ())
+                  + (("gradient bound", "gradient peak") if stepped else ()))
         rows = [(t.name, t.kind, str(t.rows), str(t.dim), t.dtype, format_bytes(t.estimated_bytes),
                  format_bytes(t.held_bytes)) + ((format_bytes(t.host_bytes),) if host else ())
                 + (("" if t.error is None else f"{t.error:.4f}",) if error else ())
                 + ((t.optimizer, format_bytes(t.optimizer_estimated_bytes), format_bytes(t.optimizer_held_bytes))
-                   if trained else ()) for t in self.tables]
+                   if trained else ())
+                + ((format_bytes(t.gradient_estimated_bytes), format_bytes(t.gradient_held_bytes)) if stepped else ())
+                for t in self.tables]
         rows.append(("total", "", "", "", "", format_bytes(self.estimated_bytes), format_bytes(self.held_bytes))
                     + ((format_bytes(self.host_bytes),) if host else ()) + (("",) if error else ())
                     + (("", format_bytes(self.optimizer_estimated_bytes), format_bytes(self.optimizer_held_bytes))
-                       if trained else ()))
-        left = (0, 1, 4) + ((len(header) - 3,) if trained else ())
+                       if trained else ())
+                    + ((format_bytes(self.gradient_estimated_bytes), format_bytes(self.gradient_held_bytes))
+                       if stepped else ()))
+        left = (0, 1, 4) + ((len(header) - 3 - 2 * stepped,) if trained else ())
         lines = text_table(header, rows, left=left)
         lines.extend(f"{t.name}: {t.note}" for t in self.tables if t.note)
         if error:
@@ -170,15 +189,84 @@ PADDLE_STATES = {"SGD": (0, 0), "Adagrad": (1, 0), "Momentum": (1, 0), "RMSProp"
                  "AdamW": (2, 2), "Lamb": (2, 2)}
 
 
-def memory_report(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer | None = None) -> MemoryReport:
+class GradientPeaks:
+    """A training run's row gradients per table: after each backward pass, ``observe`` measures what each
+    table's gradients hold (``row_gradient_bytes``) and keeps the largest; ``bound`` is what a step can hold
+    at most, given the ids each table looks up per step (``lookups``: table name -> ids a batch gives it)."""
+
+    def __init__(self, lookups: dict[str, int]) -> None:
+        self.lookups = dict(lookups)
+        self.peaks: dict[str, int] = {}
+        self.bounds: dict[str, int] = {}  # as the tables trained (a table packed after training trains no more)
+
+    def observe(self, model: paddle.nn.Layer) -> None:
+        fused = fused_gradient_rows(model)
+        for name, layer in embedding_layers(model):
+            self.peaks[name] = max(self.peaks.get(name, 0), row_gradient_bytes(layer, fused))
+            self.bounds[name] = max(self.bounds.get(name, 0), self.bound(name, layer))
+
+    def table(self, name: str, layer: paddle.nn.Layer) -> tuple[int, int]:
+        """(bound, peak) of a table: as it trained, or, before a step, the bound of the layer as it is."""
+        return self.bounds.get(name, self.bound(name, layer)), self.peaks.get(name, 0)
+
+    def bound(self, name: str, layer: paddle.nn.Layer) -> int:
+        """Row-gradient bytes a step can hold for table ``name``: each sparse table weight at most one row
+        per lookup (a hash table's ``num_hashes`` per id), capped at its rows; other trained parameters
+        (projections, a table trained with dense gradients) whole."""
+        lookups = self.lookups.get(name, 0)
+        total = 0
+        for part in layer.sublayers(include_self=True):
+            for parameter in part.parameters(include_sublayers=False):
+                if parameter.stop_gradient:
+                    continue
+                if getattr(part, "sparse", False) and parameter is getattr(part, "weight", None):
+                    rows, width = parameter.shape
+                    total += min(lookups * getattr(layer, "num_hashes", 1), rows) * (width * 4 + 8)
+                else:
+                    total += int(parameter.size) * parameter.element_size()
+        return total
+
+
+def fused_gradient_rows(model: paddle.nn.Layer) -> dict[int, tuple[int, int]]:
+    """id(table) -> (rows, dim) of the rows each fused table's last backward summed in its collection."""
+    return {id(collection[key]): (rows, collection[key].embedding_dim)
+            for collection in collections_of(model).values() for key, rows in collection.last_gradient_rows.items()}
+
+
+def row_gradient_bytes(layer: paddle.nn.Layer, fused: dict[int, tuple[int, int]] | None = None) -> int:
+    """Bytes of the gradients a table's parameters hold now (after a backward pass, before the step): a
+    sparse gradient's rows as fp32 values and int64 row numbers, a dense one whole; a table a collection
+    trains holds none, and its backward summed ``fused`` rows the same way (values and ids)."""
+    total = 0
+    fused = fused or {}
+    for part in layer.sublayers(include_self=True):
+        if id(part) in fused:
+            rows, dim = fused[id(part)]
+            total += rows * (dim * 4 + 8)
+            continue
+        for parameter in part.parameters(include_sublayers=False):
+            grad = parameter._grad_ivar()
+            if grad is None or not grad._is_initialized():
+                continue
+            if grad.is_selected_rows():
+                values = grad._get_tensor_from_selected_rows()
+                total += int(values.shape[0]) * (int(np.prod(values.shape[1:])) * values.element_size() + 8)
+            else:
+                total += int(grad.size) * grad.element_size()
+    return total
+
+
+def memory_report(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer | None = None,
+                  gradients: GradientPeaks | None = None) -> MemoryReport:
     """One row per embedding table (the estimate is the layer's formula, held is what its tensors take,
     error a packed table's), and what the process holds now. The optimizer state training keeps for each
     table (estimated by the rule's formula, held as its tensors are) is counted for the rule a model's
     collections fuse or a RowTrainer applies (``TableOptimizer``) and for ``optimizer``, Paddle's optimizer of the other
     parameters (its state appears at its first step: held 0 before). A low_precision table's row state is
     a buffer of the table, counted in its own bytes; a cached table's rows keep theirs in the host store
-    (its host bytes), its device cache's in ``optimizer``. An optimizer class outside PADDLE_STATES is refused
-    (EdoValueError names it)."""
+    (its host bytes), its device cache's in ``optimizer``. With ``gradients`` (a training run's
+    GradientPeaks), each table's row gradients too: at most by formula, and the largest a step held. An
+    optimizer class outside PADDLE_STATES is refused (EdoValueError names it)."""
     if optimizer is not None and type(optimizer).__name__ not in PADDLE_STATES:
         raise EdoValueError(f"memory_report: optimizer {type(optimizer).__name__} has no state formula; known: "
                             f"{', '.join(PADDLE_STATES)}")
@@ -199,8 +287,9 @@ def memory_report(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer 
         note = layer.report_note if isinstance(layer, EmbeddingBase) else ""
         error = layer.packing_error if isinstance(layer, EmbeddingBase) else None
         rule, state_estimate, state_held = _optimizer_state(layer, fused, optimizer)
+        gradient_bound, gradient_peak = gradients.table(name, layer) if gradients is not None else (0, 0)
         tables.append(TableMemory(name or type(layer).__name__, kind, rows, dim, dtype, estimate, held_bytes(layer),
-                                  host, note, error, rule, state_estimate, state_held))
+                                  host, note, error, rule, state_estimate, state_held, gradient_bound, gradient_peak))
     return MemoryReport(tables, process_memory())
 
 

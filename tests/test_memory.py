@@ -150,3 +150,27 @@ def test_a_composite_tables_fused_parts_are_counted_under_it():
     (table,) = memory_report(model).tables
     assert table.optimizer == "rowwise_adagrad (fused)"
     assert table.optimizer_estimated_bytes == table.optimizer_held_bytes == (100 + 30) * 4  # words and characters
+
+
+@pytest.mark.parametrize("tables", ["collection", "per_table", "dense_gradients"])
+def test_a_steps_row_gradients_are_measured_and_bounded(synthetic_config, tables):
+    from paddle_edo.engine import Engine
+
+    config = synthetic_config(epochs=1)
+    config["embedding"]["collection"] = tables == "collection"
+    config["embedding"]["sparse"] = tables != "dense_gradients"
+    engine = Engine(config)
+    arrays = next(iter(engine.train_batches))
+    engine._train_step({name: paddle.to_tensor(values) for name, values in arrays.items()})
+    for name, field in engine.table_fields.items():
+        dim = 8 if name.startswith("embeddings") else 1
+        rows = 500 if tables == "dense_gradients" else len(np.unique(arrays[field]))  # no id 0 in these data
+        per_row = dim * 4 if tables == "dense_gradients" else dim * 4 + 8  # values, and int64 row numbers
+        assert engine.gradient_peaks.peaks[name] == rows * per_row, name
+    report = engine.memory_report()
+    for table in report.tables:
+        per_row = table.dim * 4 + (0 if tables == "dense_gradients" else 8)
+        bound = table.rows * per_row if tables == "dense_gradients" else min(256, table.rows) * per_row
+        assert table.gradient_estimated_bytes == bound
+        assert 0 < table.gradient_held_bytes <= table.gradient_estimated_bytes
+    assert "gradient bound" in str(report) and "gradient peak" in str(report)

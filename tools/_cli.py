@@ -104,14 +104,19 @@ def results_table(config: dict[str, Any], results: dict[str, float], report: Any
     for table in report.tables:
         state = (f"; optimizer state {format_bytes(table.optimizer_estimated_bytes)} estimated, "
                  f"{format_bytes(table.optimizer_held_bytes)} held ({table.optimizer})" if table.optimizer else "")
+        gradients = (f"; row gradients {format_bytes(table.gradient_estimated_bytes)} at most, "
+                     f"{format_bytes(table.gradient_held_bytes)} at their peak" if table.gradient_estimated_bytes else "")
         rows.append((f"memory {table.name}", f"{format_bytes(table.estimated_bytes)} estimated, "
-                                             f"{format_bytes(table.held_bytes)} held ({table.dtype}){state}"))
+                                             f"{format_bytes(table.held_bytes)} held ({table.dtype}){state}{gradients}"))
     rows.append(("memory total", f"{format_bytes(report.estimated_bytes)} estimated, "
                                  f"{format_bytes(report.held_bytes)} held"
                                  + (f", {format_bytes(report.host_bytes)} on the host" if report.host_bytes else "")
                                  + (f"; optimizer state {format_bytes(report.optimizer_estimated_bytes)} estimated, "
                                     f"{format_bytes(report.optimizer_held_bytes)} held"
-                                    if any(t.optimizer for t in report.tables) else "")))
+                                    if any(t.optimizer for t in report.tables) else "")
+                                 + (f"; row gradients {format_bytes(report.gradient_estimated_bytes)} at most, "
+                                    f"{format_bytes(report.gradient_held_bytes)} at their peak"
+                                    if report.gradient_estimated_bytes else "")))
     for name, c in (caches or {}).items():
         rows.append((f"cache {name}", f"hit rate {c['hit_rate']:.3f}: {int(c['hits'])} hits, {int(c['misses'])} "
                                       f"misses, {int(c['evictions'])} evictions, {format_bytes(int(c['bytes_to_device']))}"

@@ -87,6 +87,7 @@ class EmbeddingCollection(paddle.nn.Layer):
         self.padding = {key: table.padding_idx for key, table in tables.items()}
         self.optimizer: TableOptimizer | None = None
         self._states: TableStates | None = None
+        self.last_gradient_rows: dict[str, int] = {}  # distinct rows each fused table's last backward summed
 
     # ------------------------------------------------------------- tables
     def __getitem__(self, key: str) -> EmbeddingBase:
@@ -326,7 +327,8 @@ class _FusedTraining(paddle.autograd.PyLayer):
     @staticmethod
     def backward(ctx, grad: paddle.Tensor) -> paddle.Tensor:
         with paddle.no_grad():
-            ctx.plan.update(grad)
+            rows = ctx.plan.update(grad).numpy()
+        ctx.plan.collection.last_gradient_rows = dict(zip(ctx.plan.keys, rows.tolist()))
         return paddle.zeros([1], dtype="float32")
 
 
