@@ -64,16 +64,18 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "log_every_steps": Option(50, int, low=1),
         "to_static": Option(False, bool, doc="train and evaluate the model under paddle.jit.to_static (SOT: the "
                                              "tables run in dynamic graph, the rest is compiled)"),
-        "table_optimizer": {  # the rule of the tables a model's collections train in their backward pass
+        "table_optimizer": {  # the rule paddle_edo's kernels apply to fp32 and QAT tables, outside Paddle's optimizer
             "name": Option(None, str, nullable=True, choices=tuple(FUSED_RULES),
-                           doc="the collections' rule for their fp32 and QAT tables: sgd, adagrad, rowwise_adagrad "
-                               "(one fp32 per row), adam, rowwise_adam (a moment per value, none with beta1 0, "
-                               "and one fp32 per row); null: train.optimizer where it is fused"),
+                           doc="the rule of the fp32 and QAT tables (a collection's in its backward, the others "
+                               "from their own gradients): sgd, adagrad, rowwise_adagrad (one fp32 per row), adam, "
+                               "rowwise_adam (a moment per value, none with beta1 0, and one fp32 per row); null: "
+                               "train.optimizer where it is fused"),
             "beta1": Option(0.9, float, low=0.0, high=0.999999, doc="adam, rowwise_adam (0: no first moment)"),
             "beta2": Option(0.999, float, low=0.0, high=0.999999, doc="adam, rowwise_adam"),
             "weight_decay": Option(0.0, float, low=0.0, doc="L2 on the batch's rows (g + weight_decay x w)"),
             "state_dtype": Option("float32", str, choices=tuple(STATE_DTYPES),
-                                  doc="the state in fp32, or in 16 bits, stochastically rounded (half the bytes)"),
+                                  doc="the state in fp32; bfloat16 / float16 (half the bytes) or int8 (8 bits a "
+                                      "value and an fp32 scale a row), stochastically rounded"),
         },
         "amp": {
             "enable": Option(False, bool),

@@ -22,7 +22,7 @@ from .config import dump_config
 from .data import CTRBatches, CTRTable, Splits, count_frequencies, load_dataset
 from .memory import GradientPeaks, memory_report
 from .models import build_model
-from .models.optimizers import collections_fuse, create_optimizer, fused_table_optimizer
+from .models.optimizers import check_tables_reached, collections_fuse, create_optimizer, fused_table_optimizer
 from .monitor import monitors_from_config
 from .nn.registry import table_classes
 from .nn.base import pack_trained, unpacked_tables
@@ -71,6 +71,8 @@ class Engine:
             # fp32 tables train outside Paddle's optimizer: a collection's in its backward pass, the others
             # (composites' parts, tables of unfused runs) from their sparse gradients after it
             self.table_optimizer = fused_table_optimizer(config, self.world_size, self.device)
+            if self.table_optimizer:
+                check_tables_reached(self.model, self.table_optimizer)
             fused = bind_table_optimizer(self.model, self.table_optimizer) \
                 if self.table_optimizer and collections_fuse(config) else []
             self.row_trainer = bind_row_trainer(self.model, self.table_optimizer) if self.table_optimizer else None

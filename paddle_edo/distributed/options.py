@@ -53,6 +53,12 @@ def check_distributed_config(config: dict[str, Any]) -> None:
 
 def check_ps_config(config: dict[str, Any]) -> None:
     distributed = config["distributed"]
+    rule = config["train"]["table_optimizer"]
+    for key, value, default in (("name", rule["name"], None), ("state_dtype", rule["state_dtype"], "float32")):
+        if value != default:
+            raise ConfigError(f"train.table_optimizer.{key} = {value!r} cannot apply with distributed.mode = 'ps': the "
+                              f"servers hold the tables and train them with train.optimizer's rule at "
+                              f"distributed.sparse_learning_rate; drop train.table_optimizer.{key}")
     if distributed["ps_mode"] == "sync":
         raise ConfigError("distributed.ps_mode = 'sync' is refused: on Paddle 2.6.2 synchronous parameter-server "
                           "training segfaults in SendBarrierOp on its first step; use 'async' or 'geo', or "

@@ -8,6 +8,8 @@ import paddle
 
 from ..kernels import fused_ops
 from ..nn.base import embedding_layers
+from ..nn.cached import CachedEmbedding
+from ..nn.quantized import QuantizedEmbedding
 from ..optim import FUSED_RULES, TableOptimizer
 from ..schema import ConfigError
 
@@ -40,6 +42,22 @@ def fused_table_optimizer(config: dict[str, Any], world_size: int = 1, device: s
         return None
     return TableOptimizer(name, train["embedding_learning_rate"] or train["learning_rate"], beta1=section["beta1"],
                           beta2=section["beta2"], weight_decay=section["weight_decay"], state_dtype=section["state_dtype"])
+
+
+def check_tables_reached(model: paddle.nn.Layer, optimizer: TableOptimizer) -> None:
+    """Refuse a row-wise rule or a compressed state for a model whose tables include ones it cannot train:
+    cached tables (their rows carry train.optimizer's state between host and device) and low_precision ones
+    (they apply their own row rule); ConfigError naming the table and the key."""
+    if optimizer.name.startswith("rowwise") or optimizer.state_dtype != "float32":
+        key, value = ("name", optimizer.name) if optimizer.name.startswith("rowwise") else \
+            ("state_dtype", optimizer.state_dtype)
+        for name, layer in model.named_sublayers():
+            why = ("a cached table: its rows carry train.optimizer's state between host and device"
+                   if isinstance(layer, CachedEmbedding) else "a low_precision table: it applies its own row rule"
+                   if isinstance(layer, QuantizedEmbedding) and layer.mode == "low_precision" else None)
+            if why:
+                raise ConfigError(f"train.table_optimizer.{key} = {value!r} cannot train table {name!r} ({why}); "
+                                  f"drop train.table_optimizer.{key}, or give that table another embedding.type")
 
 
 def collections_fuse(config: dict[str, Any]) -> bool:

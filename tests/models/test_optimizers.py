@@ -88,3 +88,22 @@ def test_where_collections_cannot_fuse_tables_train_by_rows_with_the_same_rule(s
     for table in report.tables:
         assert table.optimizer == "rowwise_adam (by rows)"
         assert table.optimizer_estimated_bytes == table.optimizer_held_bytes == 4 * table.rows + 16
+
+
+@pytest.mark.parametrize("table,key,value", [({"type": "cached", "cache_ratio": 0.5}, "name", "rowwise_adagrad"),
+                                             ({"type": "quantized", "mode": "low_precision"}, "state_dtype", "int8")])
+def test_a_table_rule_is_refused_naming_a_table_it_cannot_train(synthetic_config, table, key, value):
+    from paddle_edo.engine import Engine
+    config = synthetic_config(table_optimizer={key: value})
+    config["embedding"].update(table)
+    why = "a cached table" if table["type"] == "cached" else "a low_precision table"
+    with pytest.raises(ConfigError, match=rf"train.table_optimizer.{key} = '{value}' cannot train table "
+                                          rf"'embeddings.f0' \({why}"):
+        Engine(config)
+
+
+def test_a_table_rule_is_refused_on_parameter_servers():
+    from paddle_edo.config import load_config
+    with pytest.raises(ConfigError, match="train.table_optimizer.state_dtype = 'int8' cannot apply with "
+                                          "distributed.mode = 'ps': the servers hold the tables"):
+        load_config(base={"distributed": {"mode": "ps"}, "train": {"table_optimizer": {"state_dtype": "int8"}}})
