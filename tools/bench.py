@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import logging
@@ -426,7 +427,7 @@ def cache_benchmark(quick: bool, skip_hit_rates: bool, threads: int, out: Path) 
         result["settings"].update(threads=threads, malloc=MALLOC)
     stem.with_suffix(".json").write_text(json.dumps({"hit_rates": hit_rates, "step_time": step_times}, indent=2))
     table = bench_cache.markdown(hit_rates, step_times)
-    stem.with_suffix(".md").write_text(table + "\n")
+    table = write_report(stem.with_suffix(".md"), table, threads)
     print(table)
     return 0
 
@@ -470,7 +471,7 @@ def run_lookups(args: argparse.Namespace, out: Path) -> int:
     (out / "lookups.json").write_text(json.dumps({"copy_gb_per_s": bandwidth, "results": results,
                                                   "quantized_training_steps": training}, indent=2))
     table = bench_lookups.markdown(results, training, bandwidth)
-    (out / "lookups.md").write_text(table + "\n")
+    table = write_report(out / "lookups.md", table, args.threads)
     print(table)
     return 0
 
@@ -484,10 +485,36 @@ def run_collection(args: argparse.Namespace, out: Path) -> int:
                                                   args.peers, Path(folder), engine_rows=args.engine_rows)
     result["settings"].update(malloc=MALLOC, processor=processor_name())
     (out / "collection.json").write_text(json.dumps(result, indent=2))
-    table = f"Processor: {result['settings']['processor']}\n\n" + bench_collection.markdown(result)
-    (out / "collection.md").write_text(table + "\n")
+    table = write_report(out / "collection.md", bench_collection.markdown(result), args.threads)
     print(table)
     return 0
+
+
+@functools.lru_cache(maxsize=None)
+def machine(threads: int) -> dict:
+    """What a report's figures depend on: the processor, the path the native kernels take on it, cores and
+    threads, L3, the copy bandwidth (numpy, 256 MiB), the malloc settings and Paddle's version."""
+    from paddle_edo.kernels import kernel_isa
+    from tools.bench_lookups import copy_bandwidth
+
+    l3 = Path("/sys/devices/system/cpu/cpu0/cache/index3/size")
+    return {"processor": processor_name(), "kernel_isa": kernel_isa(), "cores": os.cpu_count(), "threads": threads,
+            "l3": l3.read_text().strip() if l3.is_file() else "unknown", "copy_gb_per_s": copy_bandwidth(),
+            "malloc": MALLOC, "paddle": paddle.__version__}
+
+
+def machine_line(threads: int) -> str:
+    m = machine(threads)
+    return (f"Processor: {m['processor']}; kernels' {m['kernel_isa']} path; {m['cores']} cores, {m['threads']} "
+            f"threads; L3 {m['l3']}; copy bandwidth {m['copy_gb_per_s']:.1f} GB/s; malloc {m['malloc']}; "
+            f"Paddle {m['paddle']}")
+
+
+def write_report(path: Path, table: str, threads: int) -> str:
+    """Write a part's markdown report opened by the machine it ran on (so two reports can be compared);
+    returns the table (main printed the machine line already)."""
+    path.write_text(f"{machine_line(threads)}\n\n{table}\n")
+    return table
 
 
 def processor_name() -> str:
@@ -565,7 +592,7 @@ def run_text(args: argparse.Namespace, out: Path) -> int:
         print(f"{path} lacks {', '.join(missing)}: run those parts to write text.md")
         return 0
     table = bench_text.markdown(result)
-    (out / "text.md").write_text(table + "\n")
+    table = write_report(out / "text.md", table, args.threads)
     print(table)
     return 0
 
@@ -583,7 +610,7 @@ def run_quantized(args: argparse.Namespace, out: Path) -> int:
         quality = quality_benchmark(args.quick, 1 if args.quick else None)
     (out / "quantized.json").write_text(json.dumps({"lookup": lookup, "quality": quality}, indent=2))
     table = markdown(lookup, quality)
-    (out / "quantized.md").write_text(table + "\n")
+    table = write_report(out / "quantized.md", table, args.threads)
     plot(lookup, quality, out / "quantized.png")
     print(table)
     print(f"wrote {out / 'quantized.json'}, {out / 'quantized.md'}, {out / 'quantized.png'}")
@@ -601,7 +628,7 @@ def run_planner(args: argparse.Namespace, out: Path) -> int:
         kept[data] = bench_planner.planner_benchmark(data)
         path.write_text(json.dumps(kept, indent=2))
     results = list(kept.values())
-    (out / "planner.md").write_text("\n\n".join(bench_planner.markdown(r) for r in results) + "\n")
+    table = write_report(out / "planner.md", "\n\n".join(bench_planner.markdown(r) for r in results), args.threads)
     bench_planner.plot(results, out / "planner.png")
     print((out / "planner.md").read_text())
     return 0
@@ -620,7 +647,7 @@ def run_packing(args: argparse.Namespace, out: Path) -> int:
     result["memory"] = bench_packing.memory_benchmark()
     (out / "packing.json").write_text(json.dumps(result, indent=2))
     table = bench_packing.markdown(result)
-    (out / "packing.md").write_text(table + "\n")
+    table = write_report(out / "packing.md", table, args.threads)
     print(table)
     return 0
 
@@ -652,7 +679,7 @@ def run_versions(args: argparse.Namespace, out: Path) -> int:
     for key in steps[0]["ms"]:
         lines.append(f"| {key} | " + " | ".join(f"{t['ms'][key]:.2f} | {t['speed'][key]:.2f}x" for t in steps) + " |")
     table = "\n".join(lines)
-    (out / "versions.md").write_text(table + "\n")
+    table = write_report(out / "versions.md", table, args.threads)
     print(table)
     return 0
 
@@ -675,7 +702,7 @@ def run_data(args: argparse.Namespace, out: Path) -> int:
             result["scale"] = bench_data.scale_run(big, Path(runs) / "scale")
     (out / "data.json").write_text(json.dumps(result, indent=2))
     table = bench_data.markdown(result)
-    (out / "data.md").write_text(table + "\n")
+    table = write_report(out / "data.md", table, args.threads)
     print(table)
     return 0
 
@@ -689,7 +716,7 @@ def run_serving(args: argparse.Namespace, out: Path) -> int:
     result["settings"] = {"threads": args.threads, "malloc": MALLOC}
     (out / "serving.json").write_text(json.dumps(result, indent=2))
     table = bench_serving.markdown(result)
-    (out / "serving.md").write_text(table + "\n")
+    table = write_report(out / "serving.md", table, args.threads)
     print(table)
     return 0
 
@@ -703,8 +730,7 @@ def run_training_memory(args: argparse.Namespace, out: Path) -> int:
     result["settings"] = {"threads": args.threads, "malloc": MALLOC, "processor": processor_name(),
                           "paddle": paddle.__version__}
     (out / "training_memory.json").write_text(json.dumps(result, indent=2))
-    table = f"Processor: {result['settings']['processor']}\n\n" + bench_training_memory.markdown(result)
-    (out / "training_memory.md").write_text(table + "\n")
+    table = write_report(out / "training_memory.md", bench_training_memory.markdown(result), args.threads)
     print(table)
     return 0
 
@@ -717,8 +743,7 @@ def run_redis(args: argparse.Namespace, out: Path) -> int:
     result = bench_redis.redis_benchmark(args.rows, args.dim, args.repeats, args.lookups, args.rate, args.seconds)
     result["settings"].update(threads=args.threads, malloc=MALLOC, processor=processor_name())
     (out / "redis.json").write_text(json.dumps(result, indent=2))
-    table = f"Processor: {result['settings']['processor']}\n\n" + bench_redis.markdown(result)
-    (out / "redis.md").write_text(table + "\n")
+    table = write_report(out / "redis.md", bench_redis.markdown(result), args.threads)
     print(table)
     return 0
 
@@ -841,6 +866,7 @@ def main(argv: list[str] | None = None) -> int:
     set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    print(machine_line(args.threads), flush=True)  # every part's report opens with the machine it ran on
     return RUNNERS[args.what](args, out)
 
 

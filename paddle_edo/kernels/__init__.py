@@ -56,6 +56,7 @@ _C_FUNCTIONS = {  # row_norms.cc's and openmp.cc's functions: (result, argument 
                                    *[ctypes.c_void_p] * 3]),
     "edo_mark_rows": (ctypes.c_int64, [ctypes.c_int64, *[ctypes.c_void_p] * 9]),
     "edo_openmp_threads": (ctypes.c_int64, []),
+    "edo_kernel_isa": (ctypes.c_int64, []),
 }
 _functions: dict[str, object] = {}  # each C function, once looked up (None: unavailable)
 _static_fusion = [False]            # whether to_static programs take the fused kernels (fused_static_programs)
@@ -194,3 +195,9 @@ def can_fuse(ids: paddle.Tensor, *weights: paddle.Tensor) -> bool:
         return False
     return fused_ops() is not None
 
+
+def kernel_isa() -> str:
+    """The instruction set the kernels' code paths take here ("avx512", "avx2", "portable"; CPU_ISAS), or
+    "none" without the extension."""
+    function = c_function("edo_kernel_isa")
+    return "none" if function is None else ("portable", "avx2", "avx512")[function()]

@@ -8,4 +8,5 @@ def test_the_step_times_alone_run_in_a_fresh_folder(tmp_path):
     written = json.loads((tmp_path / "cache_quick.json").read_text())
     assert written["hit_rates"] == {"hit_rates": []} and written["step_time"][0]["settings"]["rows"] == 100_000
     table = (tmp_path / "cache_quick.md").read_text()
-    assert table.startswith("| device | rows | cache |") and "Belady" not in table
+    assert table.startswith("Processor: ") and "kernels' " in table and "copy bandwidth" in table
+    assert "\n\n| device | rows | cache |" in table and "Belady" not in table
