@@ -130,6 +130,19 @@ def test_trained_tables_serve_rows_and_neighbours_without_paddle_objects():
     assert "known [True, False]" in output and "0 failed" in output and "service stopped" in output
 
 
+def test_tables_served_from_redis_equal_the_files_and_switch_versions_whole():
+    sys.path.insert(0, str(ROOT / "tests" / "serving"))
+    from redis_fixtures import redis_server
+
+    redis_server().close()  # skips when there is no redis-server
+    output = run("redis_serving.py", "--rows", "8000")
+    assert "u00000 -> id 1, someone-new -> id 0 (known: [True, False]); every row equals the file store's: True" \
+        in output
+    assert re.search(r"Redis holds 1\d\.\d bytes a row of the int8 user table \(8 values\)", output)
+    assert re.search(r"exported version 2 while a reader read \d+ times: every answer one version whole: True", output)
+    assert "the reader now serves version 2: True" in output
+
+
 def test_a_planned_model_fits_its_budget_where_int8_does_not():
     out = run("plan_memory_budget.py", "--fraction", "0.1", "--epochs", "1")
     rows = table_rows(out)
