@@ -37,7 +37,8 @@ return 1
 @dataclass(frozen=True)
 class RedisExport:
     """What an export did: the version written, whether it became current, the versions removed after
-    the switch, the bytes and rows sent, and the seconds it took (of which writing the raw values)."""
+    the switch (this one too when a newer one was current first), the bytes and rows sent, and the
+    seconds it took (of which writing the raw values)."""
 
     url: str
     namespace: str
@@ -52,12 +53,14 @@ class RedisExport:
 
 def export_to_redis(folder: str | Path, url: str, namespace: str = "paddle_edo", keep: int = 2,
                     block_rows: int | None = None, verify: bool = True,
-                    progress: Callable[[str, int, int], None] | None = None) -> RedisExport:
+                    progress: Callable[[str, int, int], None] | None = None, lease_s: float = 30.0) -> RedisExport:
     """Write every table of an export folder, and its fields' raw values, to Redis at ``url`` as a new
     version of ``namespace``, make it current, and remove versions older than the newest ``keep``.
 
     ``block_rows``: records per Redis string (default: as many as fit 32 KiB). ``verify``: check each
     file's sha256 first. ``progress(table, blocks_written, blocks)`` is called after each write.
+    ``lease_s``: how long the version counts as being written after the export's last write (a failed
+    export's partial keys are removed by the first export after that; one still writing is left alone).
     Raises EdoValueError for bad arguments, StoreUnavailableError / EdoRuntimeError (one line saying
     the current version stays) when Redis fails during the export."""
     if not isinstance(namespace, str) or not namespace or any(c in namespace for c in " :*?[]"):
@@ -67,6 +70,9 @@ def export_to_redis(folder: str | Path, url: str, namespace: str = "paddle_edo",
         raise EdoValueError(f"keep = {keep!r}: the number of versions kept in Redis must be an integer >= 1")
     if block_rows is not None and (not isinstance(block_rows, int) or block_rows < 1):
         raise EdoValueError(f"block_rows = {block_rows!r}: records per Redis string must be an integer >= 1")
+    if not isinstance(lease_s, (int, float)) or not lease_s > 0:
+        raise EdoValueError(f"lease_s = {lease_s!r}: the seconds an export's lease lasts must be > 0")
+    lease_ms = max(1, int(lease_s * 1000))
     folder = Path(folder)
     tables = {name: TableStore(folder, name, entry, verify) for name, entry in read_manifest(folder)["tables"].items()}
     client = connect(url)
@@ -74,19 +80,24 @@ def export_to_redis(folder: str | Path, url: str, namespace: str = "paddle_edo",
     with redis_errors(url, f"preparing namespace {namespace!r}"):
         remove_unfinished(client, namespace)
         version = int(client.incr(layout.counter_key(namespace)))
+        client.set(layout.lease_key(namespace, version), 1, px=lease_ms)
         client.sadd(layout.unfinished_key(namespace), version)
         before = int(client.get(layout.current_key(namespace)) or 0)
-    writer = _VersionWriter(client, url, namespace, version, block_rows, progress)
+    writer = _VersionWriter(client, url, namespace, version, block_rows, progress, lease_ms)
     try:
         manifest = writer.write(tables, folder)
         with redis_errors(url, f"making version {version} current"):
             made_current = bool(client.eval(SWITCH, 3, layout.current_key(namespace), layout.versions_key(namespace),
                                             layout.unfinished_key(namespace), version))
+            client.delete(layout.lease_key(namespace, version))
     except EdoError as exc:
         raise type(exc)(f"{exc}; the export of version {version} stopped, and version {before or 'none'} stays "
                         f"current ({_clean_up(client, namespace, version)})") from None
     with redis_errors(url, "removing old versions"):
         removed = remove_old_versions(client, namespace, keep)
+        if not made_current:  # a newer export switched first: this version would never be served
+            remove_version_keys(client, namespace, version)
+            removed.append(version)
     rows = sum(entry["stored_rows"] for entry in manifest["tables"].values())
     return RedisExport(shown(url), namespace, version, made_current, tuple(removed), writer.bytes_sent, rows,
                        time.perf_counter() - start, writer.values_seconds)
@@ -96,9 +107,10 @@ class _VersionWriter:
     """Writes one version's blocks, values and manifest, pipelined."""
 
     def __init__(self, client, url: str, namespace: str, version: int, block_rows: int | None,
-                 progress: Callable[[str, int, int], None] | None) -> None:
+                 progress: Callable[[str, int, int], None] | None, lease_ms: int) -> None:
         self.client, self.url, self.namespace, self.version = client, url, namespace, version
         self.block_rows, self.progress = block_rows, progress
+        self.lease, self.lease_ms = layout.lease_key(namespace, version), lease_ms
         self.bytes_sent = 0
         self.values_seconds = 0.0
         self.largest_value = largest_value(client)
@@ -137,6 +149,7 @@ class _VersionWriter:
                     data = self._records(store, rows)
                     pipe.set(layout.block_key(self.namespace, self.version, name, block), data)
                     self.bytes_sent += len(data)
+                pipe.pexpire(self.lease, self.lease_ms)  # the lease lasts as long as the writes go on
                 pipe.execute()
             if self.progress is not None:
                 self.progress(name, last, blocks)
@@ -166,6 +179,7 @@ class _VersionWriter:
                 chunk = pairs[first:first + VALUES_BATCH]
                 commands = [hset_command(value_hash, chunk), hset_command(name_hash, [(i, v) for v, i in chunk])]
                 send_packed(self.client, commands)
+                self.client.pexpire(self.lease, self.lease_ms)
                 self.bytes_sent += sum(map(len, commands))
         self.values_seconds += time.perf_counter() - start
 
@@ -208,6 +222,7 @@ def largest_value(client) -> int | None:
 def _clean_up(client, namespace: str, version: int) -> str:
     """Remove a failed version's keys if Redis answers; say what became of them."""
     try:
+        client.delete(layout.lease_key(namespace, version))
         removed = remove_version_keys(client, namespace, version)
         client.srem(layout.unfinished_key(namespace), version)
         return f"its {removed} partial keys were removed" if removed else "it had written nothing"
@@ -235,8 +250,10 @@ def remove_version_keys(client, namespace: str, version: int) -> int:
 
 
 def remove_unfinished(client, namespace: str) -> list[int]:
-    """Remove the keys of versions that an earlier export left unfinished."""
-    versions = sorted(int(v) for v in client.smembers(layout.unfinished_key(namespace)))
+    """Remove the keys of versions an earlier export left unfinished (those whose lease ran out: an export
+    still writing its version keeps it)."""
+    versions = sorted(int(v) for v in client.smembers(layout.unfinished_key(namespace))
+                      if not client.exists(layout.lease_key(namespace, int(v))))
     for version in versions:
         remove_version_keys(client, namespace, version)
         client.srem(layout.unfinished_key(namespace), version)

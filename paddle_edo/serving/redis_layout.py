@@ -3,7 +3,8 @@ records in blocks.
 
 Keys of namespace ``ns``: ``ns:current`` (the version readers use), ``ns:versions`` (a sorted set of the
 complete versions), ``ns:next_version`` (a counter), ``ns:unfinished`` (versions being written or left by a
-failed export), and for version N: ``ns:vN:manifest`` (JSON: ``tables.json`` plus each table's record
+failed export), and for version N: ``ns:vN:writing`` (the lease of the export writing it, renewed at every
+write, so that a concurrent export leaves it alone), ``ns:vN:manifest`` (JSON: ``tables.json`` plus each table's record
 layout), ``ns:vN:rows:<table>:<block>`` (strings of records), ``ns:vN:values:<field>`` (a hash raw value
 -> id) and ``ns:vN:names:<field>`` (a hash id -> raw value).
 
@@ -41,6 +42,11 @@ def unfinished_key(namespace: str) -> str:
 
 def version_prefix(namespace: str, version: int) -> str:
     return f"{namespace}:v{version}:"
+
+
+def lease_key(namespace: str, version: int) -> str:
+    """Present (with a time to live) while an export is writing the version."""
+    return version_prefix(namespace, version) + "writing"
 
 
 def manifest_key(namespace: str, version: int) -> str:

@@ -165,7 +165,7 @@ def test_redis_stopping_mid_export_leaves_the_current_version(two_exports):
                 server.stop()
 
         with pytest.raises(StoreUnavailableError) as failure:
-            export_to_redis(second, server.url, "stopped", progress=stop_after_a_table)
+            export_to_redis(second, server.url, "stopped", progress=stop_after_a_table, lease_s=0.5)
         message = str(failure.value)
         assert "\n" not in message and "unreachable" in message and "version 1 stays current" in message
         assert "will be removed by the next export" in message
@@ -174,12 +174,40 @@ def test_redis_stopping_mid_export_leaves_the_current_version(two_exports):
         stores = open_redis_tables(server.url, "stopped")
         assert stores["int8"].version == 1
         np.testing.assert_array_equal(stores["int8"].rows(np.arange(300)), open_tables(first)["int8"].rows(np.arange(300)))
+        time.sleep(0.6)  # the failed export's lease runs out
         done = export_to_redis(second, server.url, "stopped")
         assert done.version == 3 and keys_of(server, "stopped", 2) == []
         np.testing.assert_array_equal(stores["int8"].rows([1]), open_tables(first)["int8"].rows([1]))
         np.testing.assert_array_equal(stores["int8"].rows(np.arange(300)), open_tables(second)["int8"].rows(np.arange(300)))
     finally:
         server.close()
+
+
+def test_an_export_leaves_the_version_another_export_is_writing(server, two_exports):
+    first, second = two_exports
+    namespace = "concurrent"
+    export_to_redis(first, server.url, namespace)
+    started, go_on = threading.Event(), threading.Event()
+
+    def wait_midway(table, written, blocks):
+        if table == "int8" and not started.is_set():
+            started.set()
+            go_on.wait(30)
+
+    results = []
+    slow = threading.Thread(target=lambda: results.append(export_to_redis(second, server.url, namespace,
+                                                                          progress=wait_midway)))
+    slow.start()
+    started.wait(30)
+    try:
+        done = export_to_redis(first, server.url, namespace)  # version 3, while version 2 is half written
+        assert done.version == 3 and keys_of(server, namespace, 2)  # version 2's keys stayed
+    finally:
+        go_on.set()
+        slow.join()
+    (late,) = results  # version 2 finished after 3 was current: it is not served, and its keys go
+    assert (late.version, late.current, 2 in late.removed) == (2, False, True) and keys_of(server, namespace, 2) == []
+    assert open_redis_tables(server.url, namespace)["int8"].version == 3
 
 
 def test_bad_urls_names_and_arguments_get_one_line(server, two_exports):
