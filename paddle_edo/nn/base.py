@@ -62,10 +62,18 @@ def part_attr(weight_attr: paddle.ParamAttr | None, part: str) -> paddle.ParamAt
 
 
 class EmbeddingBase(paddle.nn.Layer):
-    """Base of every embedding layer in paddle_edo.
+    """Base of every embedding layer in paddle_edo, and the contract every table keeps:
 
-    Subclasses implement ``lookup(ids)`` and ``estimated_bytes()``; the base checks ids (dtype always,
-    range in dynamic graph, where values are known) and carries the metadata the memory report reads.
+    - ``forward(ids)``: ids int32 or int64 of any shape ``[...]`` -> float32 ``[..., embedding_dim]`` (a
+      QuantizedEmbedding with ``output_dtype`` float16 / bfloat16 gives that dtype), the padding id's
+      vector zero; an empty batch gives an empty output.
+    - Errors: EdoTypeError for ids of another dtype; EdoIndexError naming the layer and the id for ids
+      outside ``[0, num_embeddings)`` (checked in dynamic graph, where values are known; a hash table
+      takes any id); EdoValueError naming the argument for a bad ``num_embeddings``, ``embedding_dim``
+      or ``padding_idx`` (EdoTypeError for one of the wrong type).
+
+    Subclasses implement ``lookup(ids)`` and ``estimated_bytes()``; the base checks ids and carries the
+    metadata the memory report reads.
     """
 
     registry_name: ClassVar[str] = ""

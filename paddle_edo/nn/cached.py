@@ -57,6 +57,10 @@ class CachedEmbedding(EmbeddingBase):
     ``path`` is the table file when ``host="mmap"`` (a folder, existing or ending in a separator, gets
     a file named after the layer); with ``reopen`` an existing file's rows are the table, else they are
     initialised afresh.
+
+    Lookups: the EmbeddingBase contract (ids range-checked always: the host map needs them). Errors
+    besides: EdoValueError for a bad ``cache_ratio`` / ``cache_rows`` or ``sparse=False``; EdoRuntimeError
+    in a static program, and for a backward before ``bind_optimizer``.
     """
 
     config_options = {

@@ -58,7 +58,7 @@ class ClusteredEmbedding(CompositeEmbedding):
 
     Made from a trained table (``from_embedding``), or trained in full first and clustered by ``pack()``
     (the engine packs at the end of training, as for PTQ; configs: ``embedding.type: clustered``). The
-    shared table can be fine-tuned afterwards.
+    shared table can be fine-tuned afterwards. Lookups, dtypes and errors: the EmbeddingBase contract.
     """
 
     needs_frequencies = True

@@ -15,7 +15,7 @@ from .signature import accepts_old_signature
 
 @register_embedding("dense")
 class DenseEmbedding(EmbeddingBase):
-    """A plain fp32 table (like ``paddle.nn.Embedding``) whose gradient is sparse by default.
+    """A plain fp32 table (like ``paddle.nn.Embedding``) whose gradient is sparse by default. Lookups, dtypes and errors: the EmbeddingBase contract.
 
     Training in dynamic graph with sparse gradients, it looks each distinct id of a batch up once
     (``deduplicate``, see ``dedup.py``): the same outputs and updates, and a gradient of distinct rows

@@ -37,7 +37,8 @@ def block_layout(frequencies: np.ndarray, embedding_dim: int, num_blocks: int, a
 class MixedDimEmbedding(CompositeEmbedding):
     """Rows ranked by frequency into blocks, each block a table of its own width and a projection to
     ``embedding_dim``. Needs the training frequencies of the ids (``paddle_edo.data.count_frequencies``;
-    configs: ``frequencies: train``)."""
+    configs: ``frequencies: train``): a float array ``[num_embeddings]`` (EdoValueError for another
+    length). Lookups, dtypes and errors: the EmbeddingBase contract."""
 
     needs_frequencies = True
     config_options = {

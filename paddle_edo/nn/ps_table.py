@@ -18,7 +18,8 @@ TABLE_CLASSES = ("MemorySparseTable", "SSDSparseTable", "CommonSparseTable")
 @register_embedding("ps_sparse")
 class PSEmbedding(EmbeddingBase):
     """A table held by the parameter servers (``paddle.static.nn.sparse_embedding``); static graph only.
-    ``distributed.mode: ps`` gives every table of the model this type."""
+    ``distributed.mode: ps`` gives every table of the model this type. Lookups: int64 ids ``[...]`` ->
+    float32 ``[..., embedding_dim]`` in a static program; EdoRuntimeError in dynamic graph."""
 
     remote_rows = True  # monitors get its row gradients from the trainer's fetches, never its rows
 

@@ -39,6 +39,8 @@ SEARCHED_BY_DEFAULT = ("int4", "int2")
 @register_embedding("quantized")
 class QuantizedEmbedding(EmbeddingBase):
     """An embedding table kept in a low-precision format; a lookup decodes only the rows asked for.
+    Lookups: the EmbeddingBase contract, in ``output_dtype``; EdoValueError names an unknown
+    ``storage_format``, ``mode`` or ``output_dtype`` and lists the supported ones.
 
     Storage (``packed``): fp16/bf16 tables as such; code formats as int8 bytes, ``ceil(dim * bits / 8)``
     per row, plus fp16 row parameters (scale and bias for intN, 4 bytes; scale for ternary/binary, 2

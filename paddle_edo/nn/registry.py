@@ -185,5 +185,5 @@ class TableSpec:
 def build_embedding(options: Mapping[str, Any] | TableSpec, num_embeddings: int, padding_idx: int | None = None,
                     frequencies: Any = None) -> "EmbeddingBase":
     """Build the layer an ``embedding`` config section (or a TableSpec) names, for a table of
-    num_embeddings ids."""
+    num_embeddings ids; ConfigError names a section key the type does not take or a bad value."""
     return TableSpec.from_section(options).build(num_embeddings, padding_idx, frequencies)

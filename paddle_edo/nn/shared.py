@@ -72,6 +72,9 @@ class HashEmbedding(CompositeEmbedding):
     ``num_embeddings`` is the number of ids the table stands for (a field's vocabulary, as for every
     table; configs derive ``num_buckets`` from it), but any int64 id is hashed: ids are not range-checked.
 
+    Lookups: int32 / int64 ids ``[...]`` (any value) -> float32 ``[..., embedding_dim]``; EdoValueError names
+    a bad ``num_buckets``, ``num_hashes`` or ``combine``.
+
     The hashes are multiply-shift hashes (Dietzfelbinger et al.: the high 32 bits of a x + b modulo
     2^64, a odd; a and b from a fixed seed), reduced modulo num_buckets, computed with Paddle int64 ops,
     so dygraph, static graph and Paddle Inference agree. Unbounded id spaces need no vocabulary; ids are
@@ -155,7 +158,8 @@ class HashEmbedding(CompositeEmbedding):
 class QREmbedding(CompositeEmbedding):
     """Quotient-remainder embedding (Shi et al. 2020): id -> (id // m, id % m), two small tables whose
     rows are combined (``mult``, ``add`` or ``concat``), so every id keeps a unique vector with tables of
-    about 2 sqrt(N) rows when m ~ sqrt(N)."""
+    about 2 sqrt(N) rows when m ~ sqrt(N). Lookups, dtypes and errors: the EmbeddingBase contract
+    (EdoValueError names a bad ``num_collisions`` or ``operation``)."""
 
     config_options = {
         "num_collisions": Option(None, int, low=1, nullable=True, doc="m; default: ceil(sqrt(rows))"),

@@ -182,7 +182,8 @@ def _error(status: int, message: str) -> JSONResponse:
 
 def create_app(tables: dict[str, TableReader], indexes: dict[str, NeighbourIndex] | None = None,
                settings: ServiceSettings = ServiceSettings()) -> Starlette:
-    """The Starlette app serving these tables (and these indexes, by table name)."""
+    """The Starlette app serving these tables (a TableStore or RedisTableStore by name) and these FAISS
+    indexes (by table name); EdoError names an index without its table or of another shape."""
     service = TableService(tables, indexes or {}, settings)
 
     async def body_of(request: Request) -> dict[str, Any]:

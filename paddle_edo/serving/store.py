@@ -125,7 +125,8 @@ class TableStore(TableReader):
 
 
 def open_tables(folder: str | Path, verify: bool = False) -> dict[str, TableStore]:
-    """Every table of an export folder, by name."""
+    """Every table of an export folder, by name (TableStore each). DataError names a missing, truncated or
+    damaged file (with ``verify``, one whose sha256 differs from tables.json's)."""
     folder = Path(folder)
     return {name: TableStore(folder, name, entry, verify) for name, entry in read_manifest(folder)["tables"].items()}
 
