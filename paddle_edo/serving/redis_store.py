@@ -74,6 +74,7 @@ class RedisTableStore(TableReader):
         self._lock = threading.Lock()
         self._read = client.register_script(READ_RECORDS)
         self._held: tuple[int, int] | None = None
+        self._current_seen = version  # the newest current version a read reported
         if name not in manifest["tables"]:
             raise EdoKeyError(f"namespace {namespace!r} (version {version}) has no table {name!r}; it has "
                               f"{', '.join(manifest['tables'])}")
@@ -86,15 +87,16 @@ class RedisTableStore(TableReader):
         followed unless ``follow``)."""
         return open_redis_tables(url, namespace, version, follow, names=[name])[name]
 
-    def _records(self, stored: np.ndarray) -> bytes:
-        """The records of stored rows, read in one script call per IDS_PER_SCRIPT rows from this store's
-        version; moves to a newer current version afterwards (for the next lookup)."""
+    def _stored(self, stored: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(codes or fp32 rows, fp16 parameters or None) of stored rows, read in one script call per
+        IDS_PER_SCRIPT distinct rows from this store's version; notes the current version Redis gave."""
+        unique, inverse = np.unique(stored, return_inverse=True)
         with self._lock:
             version, entry = self.version, self.entry
         per_block, size = entry["rows_per_block"], entry["record_bytes"]
-        chunks, newest = [], version
-        for first in range(0, len(stored), IDS_PER_SCRIPT):
-            part = stored[first:first + IDS_PER_SCRIPT]
+        chunks = []
+        for first in range(0, len(unique), IDS_PER_SCRIPT):
+            part = unique[first:first + IDS_PER_SCRIPT]
             blocks, slots = np.unique(part // per_block, return_inverse=True)
             keys = [layout.block_key(self.namespace, version, self.name, int(b)) for b in blocks]
             arguments = np.empty(2 * len(part) + 1, dtype=np.int64)
@@ -106,12 +108,12 @@ class RedisTableStore(TableReader):
                                            args=arguments.tolist())
             if len(data) != len(part) * size:
                 raise VersionGoneError(f"table {self.name!r}: version {version} of namespace {self.namespace!r} is "
-                                f"no longer whole in Redis at {shown(self.url)} (removed by a newer export?)")
+                                       f"no longer whole in Redis at {shown(self.url)} (removed by a newer export?)")
             chunks.append(data)
-            newest = max(newest, int(current or 0))
-        if self.follow and newest > version:
-            self._move_to(newest)
-        return b"".join(chunks)
+            self._current_seen = max(self._current_seen, int(current or 0))
+        codes, params = layout.decode_records(b"".join(chunks), entry)
+        inverse = inverse.reshape(-1)
+        return codes[inverse], None if params is None else params[inverse]
 
     def _move_to(self, version: int) -> None:
         manifest = read_version_manifest(self.client, self.url, self.namespace, version)
@@ -126,25 +128,25 @@ class RedisTableStore(TableReader):
                 logger.info("table %r now serves version %d of namespace %r", self.name, version, self.namespace)
 
     def rows(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Rows of one version, whole; a newer current version that Redis reported is served from the next
+        call on (moving before this answer is decoded could mix two versions' shapes)."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         try:
-            return super().rows(ids)
+            found = super().rows(ids)
         except VersionGoneError:
             if not self.follow:
                 raise
             self._move_to(current_version(self.client, self.url, self.namespace))  # the old version went
-            return super().rows(ids)
+            found = super().rows(ids)
+        if self.follow and self._current_seen > self.version:
+            self._move_to(self._current_seen)
+        return found
 
     def stored_floats(self, rows: np.ndarray) -> np.ndarray:
-        unique, inverse = np.unique(rows, return_inverse=True)
-        found, _ = layout.decode_records(self._records(unique), self.entry)
-        return found[inverse.reshape(-1)]
+        return self._stored(rows)[0]
 
     def stored_packed(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        unique, inverse = np.unique(rows, return_inverse=True)
-        codes, params = layout.decode_records(self._records(unique), self.entry)
-        inverse = inverse.reshape(-1)
-        return codes[inverse], None if params is None else params[inverse]
+        return self._stored(rows)
 
     def known_value_ids(self, values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
         with self._lock:
