@@ -198,12 +198,18 @@ class GradientPeaks:
         self.lookups = dict(lookups)
         self.peaks: dict[str, int] = {}
         self.bounds: dict[str, int] = {}  # as the tables trained (a table packed after training trains no more)
+        self._parts: dict[str, list[paddle.nn.Layer]] = {}  # each table's layers, found at the first step
 
     def observe(self, model: paddle.nn.Layer) -> None:
+        """Measure the row gradients each table holds now (called after every backward pass: the tables,
+        their parts and bounds are found once, at the first call)."""
+        if not self._parts:
+            for name, layer in embedding_layers(model):
+                self._parts[name] = layer.sublayers(include_self=True)
+                self.bounds[name] = self.bound(name, layer)
         fused = fused_gradient_rows(model)
-        for name, layer in embedding_layers(model):
-            self.peaks[name] = max(self.peaks.get(name, 0), row_gradient_bytes(layer, fused))
-            self.bounds[name] = max(self.bounds.get(name, 0), self.bound(name, layer))
+        for name, parts in self._parts.items():
+            self.peaks[name] = max(self.peaks.get(name, 0), row_gradient_bytes(parts, fused))
 
     def table(self, name: str, layer: paddle.nn.Layer) -> tuple[int, int]:
         """(bound, peak) of a table: as it trained, or, before a step, the bound of the layer as it is."""
@@ -233,13 +239,14 @@ def fused_gradient_rows(model: paddle.nn.Layer) -> dict[int, tuple[int, int]]:
             for collection in collections_of(model).values() for key, rows in collection.last_gradient_rows.items()}
 
 
-def row_gradient_bytes(layer: paddle.nn.Layer, fused: dict[int, tuple[int, int]] | None = None) -> int:
-    """Bytes of the gradients a table's parameters hold now (after a backward pass, before the step): a
-    sparse gradient's rows as fp32 values and int64 row numbers, a dense one whole; a table a collection
-    trains holds none, and its backward summed ``fused`` rows the same way (values and ids)."""
+def row_gradient_bytes(parts: list[paddle.nn.Layer], fused: dict[int, tuple[int, int]] | None = None) -> int:
+    """Bytes of the gradients a table's parameters (those of ``parts``: the table's layer and its sublayers)
+    hold now (after a backward pass, before the step): a sparse gradient's rows as fp32 values and int64
+    row numbers, a dense one whole; a table a collection trains holds none, and its backward summed
+    ``fused`` rows the same way (values and ids)."""
     total = 0
     fused = fused or {}
-    for part in layer.sublayers(include_self=True):
+    for part in parts:
         if id(part) in fused:
             rows, dim = fused[id(part)]
             total += rows * (dim * 4 + 8)
