@@ -48,16 +48,26 @@ def read_word2vec(path: str | Path, binary: bool | None = None) -> tuple[list[st
     return (_read_binary if binary else _read_text)(data, start, count, dim, path)
 
 
+def _line_fields(line: bytes, errors: str = "strict") -> tuple[list[str], bool]:
+    """A text line's space-separated fields, and whether all but the first (the token) are numbers;
+    UnicodeDecodeError for a line that is not UTF-8 (with ``errors="strict"``)."""
+    fields = line.decode("utf-8", errors).rstrip(" \r").split(" ")
+    try:
+        np.asarray(fields[1:], dtype=np.float32)
+    except ValueError:
+        return fields, False
+    return fields, True
+
+
 def _starts_like_text(data, start: int, dim: int) -> bool:
     """Whether the first entry after the header reads as a text line: a token and numbers (how many is the
     text reader's to check; a binary entry's 4 dim raw bytes do not read so)."""
     end = data.find(b"\n", start, start + (1 << 20))
     try:
-        fields = bytes(data[start:end if end >= 0 else len(data)]).decode("utf-8").rstrip(" \r").split(" ")
-        np.asarray(fields[1:], dtype=np.float32)
-    except (UnicodeDecodeError, ValueError):
+        fields, numeric = _line_fields(bytes(data[start:end if end >= 0 else len(data)]))
+    except UnicodeDecodeError:
         return False
-    return len(fields) >= 2
+    return numeric and len(fields) >= 2
 
 
 def _read_text(data, start: int, count: int, dim: int, path: Path) -> tuple[list[str], np.ndarray]:
@@ -94,12 +104,10 @@ def _first_bad_text_line(data, start: int, dim: int, path: Path) -> str | None:
     for number, line in enumerate(bytes(data[start:]).split(b"\n"), start=2):
         if not line.strip():
             continue
-        fields = line.decode("utf-8", "replace").rstrip(" \r").split(" ")
+        fields, numeric = _line_fields(line, "replace")
         if len(fields) != dim + 1:
             return f"{path}: line {number} has {len(fields) - 1} values, expected {dim}"
-        try:
-            np.asarray(fields[1:], dtype=np.float32)
-        except ValueError:
+        if not numeric:
             return f"{path}: line {number} is not a token and {dim} numbers"
     return None
 
