@@ -13,6 +13,12 @@ from ..errors import EdoIndexError, EdoKeyError
 from .format import decode_rows, hashed_buckets
 
 
+def value_hashes(values: Sequence[Any]) -> np.ndarray:
+    """int64 stable hashes of raw values as text (0 for None): how a hashed field makes ids and how saved
+    values are found."""
+    return stable_hash(pa.array([None if v is None else str(v) for v in values], pa.string()))
+
+
 class TableReader:
     """Rows of one exported table by id or raw value. ``entry`` is the table's entry in ``tables.json``.
     Subclasses read stored rows (``stored_floats``, ``stored_packed``) and values (``known_value_ids``,
@@ -90,7 +96,7 @@ class TableReader:
         """(ids, known) of raw values: through the saved values; hashed fields by the stable hash; values
         without an id get the unknown id where the table has one, else -1."""
         if self.entry.get("id_source") == "hash":
-            ids = stable_hash(pa.array([None if v is None else str(v) for v in values], pa.string()))
+            ids = value_hashes(values)
             return ids, ids != 0
         if not self.entry.get("values"):
             raise EdoKeyError(f"table {self.name!r} was exported without its values; look rows up by id")

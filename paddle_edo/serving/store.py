@@ -14,7 +14,7 @@ from ..data.hashing import stable_hash
 from ..errors import DataError, EdoKeyError
 from ..data.vocabulary import file_digest
 from .format import open_packed, read_manifest
-from .reader import TableReader
+from .reader import TableReader, value_hashes
 
 
 class ValueIds:
@@ -30,7 +30,7 @@ class ValueIds:
 
     def ids(self, values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
         """(ids, known): the id of each value, and whether the value has an id of its own."""
-        hashes = stable_hash(pa.array([None if v is None else str(v) for v in values], pa.string()))
+        hashes = value_hashes(values)
         if not len(self._hashes):
             return np.zeros(len(hashes), np.int64), np.zeros(len(hashes), bool)
         position = np.minimum(np.searchsorted(self._hashes, hashes), len(self._hashes) - 1)
