@@ -630,7 +630,7 @@ def run_planner(args: argparse.Namespace, out: Path) -> int:
     results = list(kept.values())
     table = write_report(out / "planner.md", "\n\n".join(bench_planner.markdown(r) for r in results), args.threads)
     bench_planner.plot(results, out / "planner.png")
-    print((out / "planner.md").read_text())
+    print(table)
     return 0
 
 

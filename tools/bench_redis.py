@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -17,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.bench_serving import _load, clustered_rows, free_port
+from tools.bench_serving import _load, clustered_rows, start_service
 
 ROOT = Path(__file__).resolve().parents[1]
 FORMATS = ("fp32", "int8")
@@ -96,20 +93,6 @@ def lookup_latency(folders: dict[str, Path], url: str, lookups: int) -> list[dic
                 results.append({"format": storage_format, "ids": size, "store": name,
                                 "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))})
     return results
-
-
-def start_service(arguments: list[str]) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    server = subprocess.Popen([sys.executable, str(ROOT / "tools" / "serve_tables.py"), *arguments, "--port", str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
-    line = ""
-    while "serving" not in line:
-        line = server.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the service did not start: {server.stderr.read()[-2000:]}")
-    time.sleep(0.5)
-    return server, f"http://127.0.0.1:{port}"
 
 
 def service_at_rate(folders: dict[str, Path], url: str, rate: float, seconds: float) -> list[dict]:

@@ -172,6 +172,22 @@ async def _load(url: str, bodies: list[dict], rate: float | None, seconds: float
             "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max())}
 
 
+def start_service(arguments: list[str]) -> tuple[subprocess.Popen, str]:
+    """tools/serve_tables.py with ``arguments`` on a free port, once it says it serves (its indexes built);
+    the process and its base URL."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, str(ROOT / "tools" / "serve_tables.py"), *arguments, "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    line = ""
+    while "serving" not in line:
+        line = server.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the service did not start: {server.stderr.read()[-2000:]}")
+    time.sleep(1.0)
+    return server, f"http://127.0.0.1:{port}"
+
+
 def service_benchmark(rows: int, dim: int, folder: Path, rate: float, seconds: float) -> dict:
     """tools/serve_tables.py over an exported rows x dim table with an HNSW index, driven from localhost."""
     import paddle
@@ -184,21 +200,11 @@ def service_benchmark(rows: int, dim: int, folder: Path, rate: float, seconds: f
     model.items.weight.set_value(clustered_rows(rows, dim, seed=4))
     export_tables(model, folder)
     del model
-    port = free_port()
-    server = subprocess.Popen([sys.executable, str(ROOT / "tools" / "serve_tables.py"), "--tables", str(folder),
-                               "--index", "items", "--port", str(port)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    server, base = start_service(["--tables", str(folder), "--index", "items"])
     try:
-        line = ""
-        while "serving" not in line:  # printed once the index is ready
-            line = server.stdout.readline()
-            if not line:
-                raise RuntimeError(f"the service did not start: {server.stderr.read()[-2000:]}")
-        time.sleep(1.0)
         rng = np.random.default_rng(5)
         row_bodies = [{"table": "items", "ids": [int(i)]} for i in rng.integers(0, rows, 10_000)]
         neighbour_bodies = [{"table": "items", "id": int(i), "k": 10} for i in rng.integers(0, rows, 10_000)]
-        base = f"http://127.0.0.1:{port}"
         result = {"rows": rows, "dim": dim, "rate": rate, "seconds": seconds}
         result["rows_at_rate"] = asyncio.run(_load(base + "/rows", row_bodies, rate, seconds, 64))
         result["neighbors_at_rate"] = asyncio.run(_load(base + "/neighbors", neighbour_bodies, rate, seconds, 64))

@@ -1,6 +1,5 @@
 """A real redis-server for the Redis tests (started on a free port, stopped after), and an export folder
 holding one table of each kind and packed format."""
-import numpy as np
 import paddle
 import pyarrow as pa
 import pytest
