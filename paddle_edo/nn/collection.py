@@ -23,7 +23,7 @@ import numpy as np
 import paddle
 
 from ..compat import dynamic_graph_under_sot
-from ..errors import EdoIndexError, EdoKeyError, EdoTypeError, EdoValueError
+from ..errors import EdoIndexError, EdoKeyError, EdoRuntimeError, EdoTypeError, EdoValueError
 from ..kernels import fused_ops
 from ..optim import TableOptimizer
 from ..optim.states import TableStates
@@ -158,7 +158,15 @@ class EmbeddingCollection(paddle.nn.Layer):
     def forward(self, ids: Sequence[paddle.Tensor] | Mapping[str, paddle.Tensor],
                 offsets: Sequence[paddle.Tensor | None] | Mapping[str, paddle.Tensor] | None = None,
                 concat: bool = True) -> paddle.Tensor | list[paddle.Tensor]:
-        """Vectors of every table's ids: ``[batch, width]`` with ``concat``, else one tensor per table."""
+        """Vectors of every table's ids: ``[batch, width]`` with ``concat``, else one tensor per table.
+        A collection that trains with a bound TableOptimizer refuses a static program in training mode
+        (``to_static(full_graph=True)``): its fused backward runs in dynamic graph only (SOT, the default
+        mode, keeps it), and its tables are out of Paddle's optimizer, so they would silently not train."""
+        if self.training and self.trained_tables() and not paddle.in_dynamic_mode():
+            raise EdoRuntimeError(f"{type(self).__name__} {self.full_name()}: its tables train with the bound "
+                                  f"TableOptimizer ({self.optimizer.name}) in dynamic graph; in this static program "
+                                  f"they would not train. Use paddle.jit.to_static's default mode (SOT), or call "
+                                  f".eval() for a program that only looks rows up")
         ids = self._by_table(ids, "ids")
         offsets = self._by_table(offsets, "offsets") if offsets is not None else [None] * len(self.names)
         batch = self._batch_size(ids, offsets)

@@ -449,3 +449,20 @@ def test_to_static_and_inference_programs_give_the_kernels_results(tmp_path):
                                          input_spec=[specs], full_graph=True), path)
     loaded = paddle.jit.load(path)
     np.testing.assert_allclose(loaded(*ids).numpy(), eager, rtol=1e-6, atol=1e-7)
+
+
+def test_a_collection_training_with_its_table_optimizer_refuses_a_whole_graph_program():
+    collection = EmbeddingCollection(tables())
+    collection.bind_optimizer(TableOptimizer("adam", 0.01, state_dtype="int8"))
+    ids = [paddle.to_tensor(np.arange(8) % r) for r in ROWS]
+    with pytest.raises(Exception, match=r"train with the bound TableOptimizer \(adam\) in dynamic graph; in this "
+                                        r"static program they would not train"):
+        paddle.jit.to_static(collection, full_graph=True)(ids).sum().backward()
+    trained = paddle.jit.to_static(collection)(ids)  # the default mode (SOT) trains them
+    before = collection["t2"].weight.numpy().copy()
+    trained.sum().backward()
+    assert not np.array_equal(collection["t2"].weight.numpy(), before)
+    collection.eval()
+    with paddle.no_grad():  # a program that only looks rows up is served as before
+        np.testing.assert_allclose(paddle.jit.to_static(collection, full_graph=True)(ids).numpy(),
+                                   collection(ids).numpy(), rtol=1e-6, atol=1e-7)
