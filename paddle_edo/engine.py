@@ -30,6 +30,10 @@ from .nn.cached import bind_optimizer, cached_layers, uncache
 from .nn.collection import bind_table_optimizer, load_table_optimizer_state, table_optimizer_state
 from .nn.convert import row_updated_tables
 from .nn.row_trainer import bind_row_trainer
+from .nn.shards import row_shares
+from .distributed.sharded import GradientSum, choose_exchange, shard_collections, sharded_parameters
+from .distributed.sharded.batches import RankSlices, gather_slices, rank_slice
+from .distributed.sharded.checkpoint import is_sharded_checkpoint, load_sharded, save_sharded
 from .progress import ProgressBar
 from .schema import ConfigError
 from .text import fit_composer, load_composed_chars, load_pretrained, read_word2vec
@@ -51,7 +55,9 @@ class Engine:
         self.checkpoints = checkpoints
         train = config["train"]
         self.output_dir = Path(train["output_dir"])
-        self.rank, self.world_size = _parallel_env(config)  # collective mode: one process per rank
+        self.rank, self.world_size = _parallel_env(config)  # collective and sharded modes: one process per rank
+        mode = config["distributed"]["mode"]
+        self.sharded = mode == "sharded"
         monitors = monitors_from_config(config) if self.rank == 0 else []
         self.callbacks = list(callbacks) + monitors  # an unwritable logdir fails here
         self.device = runtime.select_device(train["device"])
@@ -67,10 +73,16 @@ class Engine:
         if any(cls.needs_frequencies for cls in table_classes(config["embedding"])):
             frequencies = count_frequencies(self.splits.train)  # embedding.frequencies: train
         with unique_name.guard(self._names):
-            self.model = build_model(self.fields, config, frequencies, self.splits.dense_features)
+            with self._table_shares():
+                self.model = build_model(self.fields, config, frequencies, self.splits.dense_features)
+            self.exchange = None
+            if self.sharded and self.world_size > 1:
+                self.exchange = choose_exchange(config["distributed"]["exchange"], self.rank, self.world_size,
+                                                self.device)
+                shard_collections(self.model, self.exchange)
             # fp32 tables train outside Paddle's optimizer: a collection's in its backward pass, the others
             # (composites' parts, tables of unfused runs) from their sparse gradients after it
-            self.table_optimizer = fused_table_optimizer(config, self.world_size, self.device)
+            self.table_optimizer = fused_table_optimizer(config, 1 if self.sharded else self.world_size, self.device)
             if self.table_optimizer:
                 check_tables_reached(self.model, self.table_optimizer)
             fused = bind_table_optimizer(self.model, self.table_optimizer) \
@@ -102,14 +114,27 @@ class Engine:
                 self.scaler = paddle.amp.GradScaler()
         if train["to_static"]:  # converts the model in place: evaluation runs it converted too
             self.model = paddle.jit.to_static(self.model)
-        self.train_model = paddle.DataParallel(self.model) if self.world_size > 1 else self.model
-        self.train_batches = CTRBatches(self.splits.train.shard(self.rank, self.world_size), train["batch_size"],
-                                        shuffle=True, seed=train["seed"])
+        self.train_model = paddle.DataParallel(self.model) if self.world_size > 1 and not self.sharded else self.model
+        if self.sharded:  # every rank reads the global batches and trains its slice of each
+            self.train_batches = RankSlices(CTRBatches(self.splits.train, train["batch_size"], shuffle=True,
+                                                       seed=train["seed"]), self.rank, self.world_size)
+        else:
+            self.train_batches = CTRBatches(self.splits.train.shard(self.rank, self.world_size), train["batch_size"],
+                                            shuffle=True, seed=train["seed"])
+        sharded = sharded_parameters(self.model)
+        self.gradient_sum = GradientSum([p for p in self.model.parameters() if id(p) not in sharded],
+                                        self.world_size) if self.sharded else None
         self.current_arrays: dict[str, np.ndarray] = {}  # the batch being trained on, as the data gave it
         self.epoch = 0           # epochs finished
         self.step_in_epoch = 0   # steps finished in the current epoch
         self.global_step = 0
         self.history: list[dict[str, float]] = []
+
+    def _table_shares(self) -> contextlib.AbstractContextManager:
+        """Where tables are built: as this rank's shares of their rows in a sharded job of several ranks."""
+        if not (self.sharded and self.world_size > 1):
+            return contextlib.nullcontext()
+        return row_shares(self.rank, self.world_size, self.config["distributed"]["shard_min_rows"])
 
     def _load_pretrained(self, files: dict[str, Any]) -> None:
         """Copy a user's word2vec vectors into the tables of the fields they name (text models); with
@@ -142,7 +167,8 @@ class Engine:
 
     @property
     def checkpoint_path(self) -> Path:
-        return self.output_dir / "checkpoints" / "last.pdckpt"
+        """The last checkpoint: one file, or for a sharded job the manifest of its ranks' files."""
+        return self.output_dir / "checkpoints" / ("last.sharded.json" if self.sharded else "last.pdckpt")
 
     # ----------------------------------------------------------------- state
     def state(self) -> dict[str, Any]:
@@ -157,13 +183,23 @@ class Engine:
         """Write a checkpoint (in collective mode rank 0 writes it; the ranks hold the same parameters);
         training calls it at epoch ends (and every train.checkpoint_every_steps) unless checkpoints are off."""
         path = Path(path or self.checkpoint_path)
+        if self.sharded:
+            return save_sharded(self.state(), path, self.rank, self.world_size, self.model,
+                                self.config["distributed"]["shard_min_rows"], self._barrier)
         return save_checkpoint(self.state(), path) if self.rank == 0 else path
+
+    def _barrier(self) -> None:
+        if self.world_size > 1:
+            paddle.distributed.barrier()
 
     def load(self, path: str | Path, table_optimizer: bool = True) -> None:
         """Restore model, optimizer and position from a checkpoint of the same experiment (randomness
         follows from (seed, step), see _train_step); ``table_optimizer``: the collections' fused optimizer
         state too (a resume needs it; serving does not, and a parameter-server job's checkpoint has none)."""
-        state = load_checkpoint(path)
+        if is_sharded_checkpoint(path):
+            state = load_sharded(path, self.rank, self.world_size, self.config["distributed"]["shard_min_rows"])
+        else:
+            state = load_checkpoint(path)
         diff = checkpoint_difference(state.get("config", {}), self.config)
         if diff is not None:
             raise CheckpointError(f"checkpoint {path} was made with another {diff.split('.')[0]} config ({diff}); "
@@ -330,6 +366,8 @@ class Engine:
         paddle.seed((self.config["train"]["seed"] * 1_000_003 + self.global_step) % 2**31)
         with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
             loss = self.model.create_loss(self.train_model(self.model.inputs(batch)), batch)
+        if self.gradient_sum is not None:  # this rank's part of the global batch's mean loss
+            loss = loss * self.train_batches.share
         if following is not None:  # cached tables read the next batch's misses while this step runs
             for layer, field in self.prefetching:
                 layer.prefetch(following[field])
@@ -340,6 +378,8 @@ class Engine:
             self.scaler.update()
         else:
             loss.backward()
+            if self.gradient_sum is not None:
+                loss = self.gradient_sum(float(loss))
             self._after_backward()
             self.optimizer.step()
         if self.row_trainer is not None:
@@ -368,13 +408,17 @@ class Engine:
         clicks, regressions = [], {target: [] for target in self.model.regression_targets}
         truths: dict[str, list[np.ndarray]] = {"label": [], **{target: [] for target in regressions}}
         for arrays in CTRBatches(table, EVAL_BATCH_SIZE, shuffle=False):
-            batch = {name: paddle.to_tensor(a) for name, a in arrays.items()}
+            part = rank_slice(arrays, self.rank, self.world_size) if self.sharded else arrays
+            batch = {name: paddle.to_tensor(a) for name, a in part.items()}
             with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
                 outputs = self.model(self.model.inputs(batch))
-            logits = outputs[0] if isinstance(outputs, (tuple, list)) else outputs
-            clicks.append(F.sigmoid(logits.astype("float32")).numpy())
+            outputs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+            outputs = [F.sigmoid(outputs[0].astype("float32"))] + [o.astype("float32") for o in outputs[1:]]
+            if self.sharded:  # every rank scores its slice; all of them, in order, make the batch's scores
+                outputs = [gather_slices(o, self.world_size) for o in outputs]
+            clicks.append(outputs[0].numpy())
             for target, output in zip(regressions, outputs[1:] if regressions else ()):
-                regressions[target].append(output.astype("float32").numpy())
+                regressions[target].append(output.numpy())
             for name, values in truths.items():
                 values.append(arrays[name])
         self.model.train()
@@ -403,8 +447,10 @@ class Engine:
 
 
 def _parallel_env(config: dict[str, Any]) -> tuple[int, int]:
-    """(rank, world size): (0, 1) unless distributed.mode is 'collective', which needs the launcher."""
-    if config["distributed"]["mode"] != "collective":
+    """(rank, world size): (0, 1) unless distributed.mode is 'collective', which needs the launcher, or
+    'sharded' under the launcher (without it: one process holding every row, as the tools read a job)."""
+    mode = config["distributed"]["mode"]
+    if mode not in ("collective", "sharded") or (mode == "sharded" and "PADDLE_TRAINER_ENDPOINTS" not in os.environ):
         return 0, 1
     if "PADDLE_TRAINER_ENDPOINTS" not in os.environ:
         raise ConfigError("distributed.mode = 'collective' runs under the launcher: python -m "

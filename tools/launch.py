@@ -2,7 +2,7 @@
 run's output folder, and on failure a message naming each process that did not finish and its log:
 
   python tools/launch.py -c configs/ps_movielens.yaml [-o key=value ...] [--server_num 1 --trainer_num 2]
-  python tools/launch.py -c configs/X.yaml --nproc_per_node 2          # collective (DataParallel)
+  python tools/launch.py -c configs/X.yaml --nproc_per_node 2          # collective (DataParallel), sharded
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = experiment_parser(__doc__)
     parser.add_argument("--server_num", type=int, default=1)
     parser.add_argument("--trainer_num", type=int, default=2)
-    parser.add_argument("--nproc_per_node", type=int, default=None, help="collective mode: processes")
+    parser.add_argument("--nproc_per_node", type=int, default=None, help="collective and sharded modes: processes")
     args = parser.parse_args(argv)
     with fail_cleanly(args.debug):
         from paddle_edo import load_config
@@ -47,10 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         if mode == "none":
             from paddle_edo.schema import ConfigError
 
-            raise ConfigError(f"{args.config}: distributed.mode = 'none'; tools/launch.py runs 'ps' or "
-                              f"'collective' experiments (use tools/train.py for one process)")
+            raise ConfigError(f"{args.config}: distributed.mode = 'none'; tools/launch.py runs 'ps', "
+                              f"'collective' or 'sharded' experiments (use tools/train.py for one process)")
         log_dir = Path(config["train"]["output_dir"]) / "log"
-        processes = (["--nproc_per_node", str(args.nproc_per_node or 2)] if mode == "collective" else
+        processes = (["--nproc_per_node", str(args.nproc_per_node or 2)] if mode in ("collective", "sharded") else
                      ["--server_num", str(args.server_num), "--trainer_num", str(args.trainer_num)])
         command = [sys.executable, "-m", "paddle.distributed.launch", *processes, "--log_dir", str(log_dir),
                    str(ROOT / "tools" / "train.py"), "-c", args.config, *(x for o in args.override for x in ("-o", o))]

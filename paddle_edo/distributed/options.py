@@ -9,14 +9,23 @@ from ..compat import PARAMETER_SERVER_BUILDS, has_parameter_servers
 from ..nn import EMBEDDINGS
 from ..schema import ConfigError, Option
 from .admission import RULES as ADMISSION_RULES
+from .sharded.exchange import EXCHANGES
 
 SGD_RULES = {"adam": ("SparseAdamSGDRule", "adam"), "adagrad": ("SparseAdaGradSGDRule", "adagrad"),
              "sgd": ("SparseNaiveSGDRule", "naive")}
 PS_EMBEDDINGS = ("dense", "hash", "qr")
 
 DISTRIBUTED_OPTIONS: dict[str, Option] = {
-    "mode": Option("none", str, choices=("none", "ps", "collective"),
-                   doc="ps: Fleet parameter servers; collective: DataParallel (under paddle.distributed.launch)"),
+    "mode": Option("none", str, choices=("none", "ps", "collective", "sharded"),
+                   doc="ps: Fleet parameter servers; collective: DataParallel; sharded: each rank holds a share of "
+                       "every large table's rows (both under paddle.distributed.launch)"),
+    "shard_min_rows": Option(4096, int, low=0,
+                             doc="sharded: tables with fewer rows are whole on every rank, their dense gradients "
+                                 "all-reduced (at a batch of 4096 ids, exchanging such a table's rows moves about "
+                                 "as many bytes as all-reducing it)"),
+    "exchange": Option("auto", str, choices=EXCHANGES,
+                       doc="sharded: how ranks swap ids and rows; auto: all_to_all (NCCL) on a GPU, pairwise "
+                           "send/recv on the CPU (gloo)"),
     "ps_mode": Option("async", str, choices=("async", "geo", "sync"), doc="sync is refused (segfaults in 2.6.2)"),
     "k_steps": Option(100, int, low=1, doc="geo: local steps between pushes"),
     "pull_dense_every": Option(1, int, low=1, doc="async: steps between pulls of the dense parameters (more "
@@ -46,6 +55,8 @@ def check_distributed_config(config: dict[str, Any]) -> None:
         raise ConfigError("distributed.mode = 'collective' needs embedding.sparse = false: Paddle 2.6.2's "
                           "DataParallel does not all-reduce sparse embedding gradients on CPU (the ranks' "
                           "tables drift apart silently); or use distributed.mode = 'ps'")
+    if mode == "sharded":
+        check_sharded_config(config)
     if config["train"]["to_static"] and mode != "none":
         raise ConfigError(f"train.to_static = true works with distributed.mode = 'none', not {mode!r} (parameter "
                           f"servers build their own static program; collective ranks train in dynamic graph)")
@@ -83,3 +94,15 @@ def check_ps_config(config: dict[str, Any]) -> None:
         raise ConfigError(f"distributed.mode = 'ps' needs a Paddle build with parameter-server support; this "
                           f"paddle {paddle.__version__} has none (the CPU wheels on PyPI lack it from 3.1.1 on): "
                           f"install {PARAMETER_SERVER_BUILDS}")
+
+
+def check_sharded_config(config: dict[str, Any]) -> None:
+    """Refuse what sharded tables cannot train with, naming the key."""
+    if not config["embedding"]["collection"]:
+        raise ConfigError("distributed.mode = 'sharded' needs embedding.collection = true: the ranks exchange the "
+                          "rows of a model's tables in its embedding collection")
+    if config["model"]["name"] != "deepfm":
+        raise ConfigError(f"model.name = {config['model']['name']!r} is not supported with distributed.mode = "
+                          f"'sharded'; sharded jobs train 'deepfm' (its tables form one embedding collection)")
+    if config["train"]["amp"]["enable"]:
+        raise ConfigError("train.amp.enable = true is not supported with distributed.mode = 'sharded'")

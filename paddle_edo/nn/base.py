@@ -83,6 +83,7 @@ class EmbeddingBase(paddle.nn.Layer):
     needs_frequencies: ClassVar[bool] = False  # built from the training frequencies of its ids
     takes_any_id: ClassVar[bool] = False       # any int64 is an id: no vocabulary, no range check
     remote_rows: ClassVar[bool] = False        # its rows live on parameter servers, not in the layer
+    row_shardable: ClassVar[bool] = False      # id g is row g: a share of its rows is a table of this type (shards.py)
     packed: bool = True  # False: trains in a full form that pack() turns into the compact one
     report_note: str = ""  # why the table is as it is, when a config asked for something else (memory report)
     packing_error: float | None = None  # packed rows' mean relative L2 error against the trained ones

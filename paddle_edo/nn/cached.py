@@ -63,6 +63,8 @@ class CachedEmbedding(EmbeddingBase):
     in a static program, and for a backward before ``bind_optimizer``.
     """
 
+    row_shardable = True
+
     config_options = {
         "init_std": Option(0.01, float, low=0.0, doc="std of the normal initialiser"),
         "cache_ratio": Option(0.2, float, low=0.0, high=1.0, doc="cache size as a share of the table's rows"),

@@ -37,8 +37,13 @@ def unique_ids(ids: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
 
 
 def distinct_rows(unique: paddle.Tensor, weight: paddle.Tensor, padding_idx: int | None) -> paddle.Tensor:
-    """The rows of the distinct ids, with a sparse gradient of those rows only."""
-    return F.embedding(unique, weight, padding_idx=padding_idx, sparse=True)
+    """The rows of the distinct ids, with a sparse gradient of those rows only, zero at the padding id
+    (Paddle's sparse embedding gradient ignores ``padding_idx``: the padding row, read as zeros, would
+    train)."""
+    rows = F.embedding(unique, weight, padding_idx=padding_idx, sparse=True)
+    if padding_idx is None:
+        return rows
+    return rows * (unique != padding_idx).astype(rows.dtype).unsqueeze(-1)
 
 
 def deduplicated_lookup(ids: paddle.Tensor, weight: paddle.Tensor, padding_idx: int | None) -> paddle.Tensor:

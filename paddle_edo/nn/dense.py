@@ -22,6 +22,8 @@ class DenseEmbedding(EmbeddingBase):
     that the optimizer updates without merging duplicates.
     """
 
+    row_shardable = True
+
     config_options = {
         "init_std": Option(0.01, float, low=0.0, doc="std of the normal initialiser"),
         "deduplicate": Option(True, bool, doc="training lookups go through the batch's distinct ids"),

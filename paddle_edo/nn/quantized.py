@@ -54,6 +54,8 @@ class QuantizedEmbedding(EmbeddingBase):
         rounding, so small updates survive on average. fp16, bf16 and int8 only.
     """
 
+    row_shardable = True
+
     config_options = {
         "storage_format": Option("int8", str, choices=tuple(FORMATS), doc="how rows are stored (not a Paddle "
                                                                           "dtype: int4, ternary, binary are none)"),

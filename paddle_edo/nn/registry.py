@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping, TYPE_CHECKING
 from ..budget import device_budget, parse_bytes
 from ..errors import EdoDeprecationWarning, EdoValueError
 from ..schema import ConfigError, Option, check_section
+from .shards import RowShare, building_share, share_rule
 
 if TYPE_CHECKING:
     from .base import EmbeddingBase
@@ -167,7 +168,9 @@ class TableSpec:
     def build(self, num_embeddings: int, padding_idx: int | None = None, frequencies: Any = None
               ) -> "EmbeddingBase":
         """The layer for a table of ``num_embeddings`` ids; ``frequencies`` (a count per id) reaches the
-        layers that need them. Tables under ``min_rows`` rows are dense fp32."""
+        layers that need them. Tables under ``min_rows`` rows are dense fp32. Inside ``shards.row_shares``, a
+        row-shardable table is built as the rank's share of its rows (``layer.row_share``), any other whole
+        with a dense gradient."""
         if self.type == AUTO:
             raise ConfigError("embedding.type = 'auto' is chosen table by table by the planner before a model is "
                               "built: train with tools/train.py (which plans first), or plan with tools/plan.py "
@@ -177,6 +180,19 @@ class TableSpec:
         spec = TableSpec.from_section({**spec.section(), "tables": {}})  # the defaults of the chosen type
         cls = EMBEDDINGS[spec.type]
         options = spec.section()
+        rule = share_rule()
+        if rule is not None:
+            if cls.row_shardable and num_embeddings >= rule.min_rows:
+                share = RowShare(rule.rank, rule.world_size, num_embeddings, padding_idx)
+                if share.held_rows == 0:
+                    raise ConfigError(f"a table of {num_embeddings} rows cannot be shared by {rule.world_size} ranks "
+                                      f"(rank {rule.rank} would hold none): raise distributed.shard_min_rows above "
+                                      f"{num_embeddings} to replicate it")
+                with building_share(share):
+                    layer = cls.from_config(share.held_rows, options)
+                layer.row_share = share
+                return layer
+            options = {**options, "sparse": False}  # replicated: its dense gradient is all-reduced
         if cls.needs_frequencies:
             return cls.from_config(num_embeddings, options, padding_idx=padding_idx, frequencies=frequencies)
         return cls.from_config(num_embeddings, options, padding_idx=padding_idx)

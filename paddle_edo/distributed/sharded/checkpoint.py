@@ -1,0 +1,180 @@
+"""Sharded checkpoints: each rank writes its own state (its shares of the tables, their optimizer state,
+and the replicated parameters) atomically into a folder of the step, then rank 0 writes a manifest beside
+them (world size, placement, the row-laid-out tables and their row-indexed state, a checksum per file),
+atomically, and removes older folders: the manifest always names a whole checkpoint.
+
+Any number of ranks resumes it: with the same world size each rank reads its own file; with another,
+each rank reads every file once, in turn, and keeps the rows it now owns (global row g of a table lives on
+rank g % N at local row g // N, for the old and the new N alike; one process holds every row), so a job can
+go from 2 ranks to 1, 1 to 2, or 2 to 3. The tools that read a checkpoint (eval, export, infer) load it as
+one process."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import paddle
+
+from ...checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ...nn.shards import held_rows
+
+FORMAT = "paddle_edo sharded checkpoint 1"
+PLACEMENT = "rows by id modulo world size"
+
+
+def sharded_tables(model: paddle.nn.Layer, min_rows: int) -> dict[str, int]:
+    """The model's tables laid out by rows (shares, or in one process the tables that several ranks would
+    share): sublayer name -> rows (ids)."""
+    found = {}
+    for name, layer in model.named_sublayers():
+        share = getattr(layer, "row_share", None)
+        if share is not None:
+            found[name] = share.rows
+        elif getattr(type(layer), "row_shardable", False) and layer.num_embeddings >= min_rows and \
+                not _inside_table(name, found):
+            found[name] = layer.num_embeddings
+    return found
+
+
+def _inside_table(name: str, tables: dict[str, int]) -> bool:
+    return any(name.startswith(f"{table}.") for table in tables)
+
+
+def row_keys(state: dict[str, Any], model: paddle.nn.Layer, tables: dict[str, int], rank: int,
+             world_size: int) -> dict[str, dict[str, list[str]]]:
+    """Per table, per section of ``state`` (model, optimizer, table_rows), the entries indexed by its rows:
+    the table's own tensors, Paddle's accumulators of its parameters and its row trainer's state, whose
+    first axis is the rows this rank holds (the same names on every rank)."""
+    layers = dict(model.named_sublayers())
+    keys: dict[str, dict[str, list[str]]] = {}
+    for table, rows in tables.items():
+        held = held_rows(rows, rank, world_size)
+        params = [p.name for p in layers[table].parameters()]
+
+        def rowwise(value: Any) -> bool:
+            shape = list(np.shape(_array(value)))
+            return bool(shape) and shape[0] == held
+        keys[table] = {
+            "model": [k for k, v in state["model"].items() if k.startswith(f"{table}.") and rowwise(v)],
+            "optimizer": [k for k, v in state["optimizer"].items()
+                          if any(k.startswith(f"{p}_") for p in params) and rowwise(v)],
+            "table_rows": [k for k, v in state.get("table_rows", {}).items()
+                           if k.rsplit(".", 1)[0] == table and rowwise(v)],
+        }
+    return keys
+
+
+def save_sharded(state: dict[str, Any], manifest: Path, rank: int, world_size: int, model: paddle.nn.Layer,
+                 min_rows: int, barrier: Callable[[], None]) -> Path:
+    """Write this rank's ``state`` and (rank 0) the manifest; every rank calls it, between barriers."""
+    manifest = Path(manifest)
+    folder_name = f"{manifest.name.split('.')[0]}.step{state['global_step']}"
+    folder = manifest.parent / folder_name
+    tables = sharded_tables(model, min_rows)
+    save_checkpoint(state, folder / f"rank{rank}.pdckpt")
+    keys = row_keys(state, model, tables, rank, world_size)
+    barrier()
+    if rank == 0:
+        files = [f"{folder_name}/rank{r}.pdckpt" for r in range(world_size)]
+        body = {"format": FORMAT, "world_size": world_size, "placement": PLACEMENT, "min_rows": min_rows,
+                "global_step": state["global_step"], "tables": tables, "row_keys": keys, "files": files,
+                "sha256": [_digest(manifest.parent / f) for f in files]}
+        _write_atomically(manifest, json.dumps(body, indent=1))
+        for old in manifest.parent.glob(f"{manifest.name.split('.')[0]}.step*"):
+            if old.name != folder_name and old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+    barrier()
+    return manifest
+
+
+def is_sharded_checkpoint(path: str | Path) -> bool:
+    return str(path).endswith(".json")
+
+
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint manifest {path} cannot be read ({exc})") from None
+    if not isinstance(body, dict) or body.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a paddle_edo sharded checkpoint manifest (format {FORMAT!r})")
+    if body.get("placement") != PLACEMENT:
+        raise CheckpointError(f"checkpoint {path} places rows {body.get('placement')!r}; this version reads "
+                              f"{PLACEMENT!r}")
+    return body
+
+
+def load_sharded(path: str | Path, rank: int, world_size: int, min_rows: int) -> dict[str, Any]:
+    """This rank's state from a sharded checkpoint written by any number of ranks: a checkpoint as
+    ``Engine.state()`` makes it, the row-indexed entries holding the rows rank ``rank`` of ``world_size``
+    owns (all rows for one process)."""
+    path = Path(path)
+    body = read_manifest(path)
+    if body["min_rows"] != min_rows:
+        raise CheckpointError(f"checkpoint {path} shared tables of at least distributed.shard_min_rows = "
+                              f"{body['min_rows']} rows, this run {min_rows}; resume it with the same "
+                              f"distributed.shard_min_rows")
+    old_world = int(body["world_size"])
+
+    def read(source: int) -> dict[str, Any]:
+        file = path.parent / body["files"][source]
+        if not file.is_file():
+            raise CheckpointError(f"checkpoint {path}: rank {source}'s file {file} is missing")
+        if _digest(file) != body["sha256"][source]:
+            raise CheckpointError(f"checkpoint {path}: rank {source}'s file {file} does not match its checksum")
+        return load_checkpoint(file)
+
+    if old_world == world_size:
+        return read(rank)
+    state = read(rank if rank < old_world else 0)
+    targets = {table: np.arange(rank, rows, world_size, dtype=np.int64) for table, rows in body["tables"].items()}
+    assembled: dict[tuple[str, str], np.ndarray] = {}
+    for source in range(old_world):
+        old = state if source == (rank if rank < old_world else 0) else read(source)
+        for table, sections in body["row_keys"].items():
+            rows = targets[table]
+            mine = rows % old_world == source
+            for section, keys in sections.items():
+                for key in keys:
+                    value = _array(old[section][key])
+                    if (section, key) not in assembled:
+                        assembled[section, key] = np.zeros([rows.size, *value.shape[1:]], dtype=value.dtype)
+                    assembled[section, key][mine] = value[rows[mine] // old_world]
+        del old
+    for (section, key), value in assembled.items():
+        state[section][key] = value
+    return state
+
+
+def _array(value: Any) -> np.ndarray:
+    return value.numpy() if isinstance(value, paddle.Tensor) else np.asarray(value)
+
+
+def _digest(path: Path) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()

@@ -1,0 +1,276 @@
+"""ShardedCollection: an EmbeddingCollection whose large tables are row-sharded over the ranks.
+
+Each rank holds, for every sharded table, the rows of its share (``nn.shards.RowShare``: id g lives on rank
+g % N at local row g // N), trained there by the table's own optimizer: Paddle's (lazy Adam, Adagrad, SGD)
+from its sparse gradient, a TableOptimizer's rule by the RowTrainer, a low-precision table's own row
+update, a cached table's bound optimizer. A step of lookups:
+
+1. each rank checks its ids (out of range: refused naming the table and the id, before any exchange) and
+   keeps each table's distinct ids, the padding id dropped, so a row crosses the network once per rank;
+2. it sends each owner the local rows it wants, all tables in one message (their counts first);
+3. each owner looks the rows up through its share's own layer, an ordinary autograd lookup;
+4. the rows go back (the ``_RowExchange`` PyLayer), and each rank gathers, zeroes padding and pools bags.
+
+In the backward pass the same PyLayer sends each row's summed gradient back to its owner, where Paddle's
+autograd carries it into the share's lookup: no dense gradient and no all-reduce of a table. Tables too
+small to shard (or of a type whose rows are not ids: hash, QR, mixed-dimension, clustered) are whole on every
+rank, looked up locally, their dense gradients all-reduced with the dense layers (``gradients.py``)."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import paddle
+
+from ...compat import dynamic_graph_under_sot
+from ...errors import EdoIndexError, EdoValueError
+from ...nn.base import EmbeddingBase
+from ...nn.collection import EmbeddingCollection
+from ...nn.shards import RowShare
+from .exchange import Exchange
+
+
+class ShardedCollection(EmbeddingCollection):
+    """The tables of ``collection`` (the same layers, names and pooling), its sharded ones (those with a
+    ``row_share``) looked up across the ranks through ``exchange``. ``forward`` takes and gives what
+    ``EmbeddingCollection.forward`` does; bags come as padded ids ``[batch, L]`` (offsets are refused), and
+    every rank must call it the same number of times, as a collective."""
+
+    def __init__(self, tables: Mapping[str, EmbeddingBase], pooling: Mapping[str, str], exchange: Exchange, *,
+                 name: str | None = None) -> None:
+        super().__init__(tables, pooling, name=name)
+        self.exchange = exchange
+        for key, table in tables.items():
+            share = getattr(table, "row_share", None)
+            if share is not None:
+                if share.world_size != exchange.world_size or share.rank != exchange.rank:
+                    raise EdoValueError(f"{type(self).__name__}: table {key!r} is rank {share.rank} of "
+                                        f"{share.world_size}'s share, the exchange rank {exchange.rank} of "
+                                        f"{exchange.world_size}")
+                self.padding[key] = share.padding_idx
+        self.last_exchange_bytes = 0  # bytes this rank sent in the last forward and backward
+
+    @classmethod
+    def from_collection(cls, collection: EmbeddingCollection, exchange: Exchange) -> "ShardedCollection":
+        return cls(collection.tables(), collection.pooling, exchange)
+
+    def shares(self) -> dict[str, RowShare]:
+        """The sharded tables' shares, by table name."""
+        return {key: table.row_share for key, table in self.items() if getattr(table, "row_share", None) is not None}
+
+    def fused_tables(self) -> list[str]:
+        """None: a share is looked up by its own layer, for rows other ranks ask for."""
+        return []
+
+    def table_rows(self, key: str) -> int:
+        """Rows (ids) of table ``key`` across all ranks."""
+        share = self.shares().get(key)
+        return share.rows if share is not None else self[key].num_embeddings
+
+    @dynamic_graph_under_sot
+    def forward(self, ids: Sequence[paddle.Tensor] | Mapping[str, paddle.Tensor],
+                offsets: Sequence[paddle.Tensor | None] | Mapping[str, paddle.Tensor] | None = None,
+                concat: bool = True) -> paddle.Tensor | list[paddle.Tensor]:
+        """Vectors of every table's ids: ``[batch, width]`` with ``concat``, else one tensor per table."""
+        if offsets is not None:
+            raise EdoValueError(f"{type(self).__name__}: sharded tables pool padded bags [batch, L]; offsets are not "
+                                f"taken")
+        ids = self._by_table(ids, "ids")
+        batch = self._batch_size(ids, [None] * len(self.names))
+        shares = self.shares()
+        sharded = [key for key in self.names if key in shares]
+        gathered = self._sharded_lookup(sharded, [ids[self.names.index(key)] for key in sharded], shares) \
+            if sharded else {}
+        outputs = []
+        for index, key in enumerate(self.names):
+            if key in gathered:
+                vectors = gathered[key]
+            else:
+                vectors = self._table_lookup(key, ids[index], None).reshape(
+                    [batch, self._width(index, ids[index], None)])
+            outputs.append(vectors)
+        if concat:
+            if batch == 0:
+                return paddle.zeros([0, sum(int(out.shape[1]) for out in outputs)], dtype="float32")
+            return outputs[0] if len(outputs) == 1 else paddle.concat(outputs, axis=1)
+        return [out.reshape(self._shape(i, ids[i], None, batch)) for i, out in enumerate(outputs)]
+
+    def _sharded_lookup(self, keys: list[str], ids: list[paddle.Tensor], shares: dict[str, RowShare]
+                        ) -> dict[str, paddle.Tensor]:
+        """Each sharded table's vectors [batch, width], its rows fetched from their owners."""
+        plan = _ExchangePlan(self, keys, ids, shares)
+        start = self.exchange.bytes_sent
+        requested = plan.request()  # ids each rank asks of this one, by table
+        owned = [self[key](paddle.to_tensor(local)) if local.size else
+                 paddle.zeros([0, self[key].embedding_dim], dtype="float32") for key, local in zip(keys, requested)]
+        trains = paddle.is_grad_enabled() and any(not rows.stop_gradient for rows in owned)
+        if trains:
+            anchor = paddle.zeros([1], dtype="float32")
+            anchor.stop_gradient = False
+            trained = [rows for rows in owned if not rows.stop_gradient]
+            plan.owned = owned
+            flat = _RowExchange.apply(anchor, *trained, plan=plan)
+        else:
+            with paddle.no_grad():
+                flat = plan.send_rows(owned)
+        self.last_exchange_bytes = self.exchange.bytes_sent - start
+        return plan.vectors(flat)
+
+
+class _ExchangePlan:
+    """One step's bookkeeping: each table's distinct ids, who owns them, how many each rank asks of each."""
+
+    def __init__(self, collection: ShardedCollection, keys: list[str], ids: list[paddle.Tensor],
+                 shares: dict[str, RowShare]) -> None:
+        self.collection, self.keys = collection, keys
+        self.exchange = collection.exchange
+        world = self.exchange.world_size
+        self.dims = [collection[key].embedding_dim for key in keys]
+        self.shapes, self.inverse, self.valid, self.orders = [], [], [], []
+        counts = np.zeros([world, len(keys)], dtype=np.int64)   # [destination, table]: ids asked of each owner
+        self.asked: list[list[np.ndarray]] = [[] for _ in range(world)]
+        for t, (key, table_ids) in enumerate(zip(keys, ids)):
+            share = shares[key]
+            values = table_ids.numpy().astype(np.int64, copy=False).reshape(-1)
+            if values.size:
+                low, high = int(values.min()), int(values.max())
+                if low < 0 or high >= share.rows:
+                    raise EdoIndexError(f"{collection.full_name()} table '{key}': id {low if low < 0 else high} is out "
+                                        f"of range [0, {share.rows})")
+            self.shapes.append(list(table_ids.shape))
+            valid = values != share.padding_idx if share.padding_idx is not None else np.ones(values.shape, bool)
+            distinct, inverse = np.unique(values[valid], return_inverse=True)
+            owners = distinct % world
+            order = np.argsort(owners, kind="stable")            # distinct ids grouped by owner
+            self.orders.append(order)
+            full = np.full(values.shape, distinct.size, dtype=np.int64)  # padding -> a zero row past the end
+            full[valid] = inverse
+            self.inverse.append(full)
+            self.valid.append(valid)
+            counts[:, t] = np.bincount(owners, minlength=world)
+            grouped = distinct[order] // world
+            bounds = np.concatenate([[0], np.cumsum(counts[:, t])])
+            for d in range(world):
+                self.asked[d].append(grouped[bounds[d]:bounds[d + 1]])
+        self.counts = counts
+        self.distinct = counts.sum(axis=0)                     # [table]
+
+    def request(self) -> list[np.ndarray]:
+        """Send each owner the ids wanted of it; returns the ids every rank wants of this one, per table,
+        sources in rank order."""
+        world, tables = self.exchange.world_size, len(self.keys)
+        counts = self.exchange.exchange([paddle.to_tensor(self.counts[d]) for d in range(world)], [tables] * world)
+        self.asked_of_me = np.stack([c.numpy() for c in counts])   # [source, table]
+        parts = [paddle.to_tensor(np.concatenate(self.asked[d]).astype(np.int64)) for d in range(world)]
+        received = self.exchange.exchange(parts, self.asked_of_me.sum(axis=1).tolist())
+        by_table = [[] for _ in range(tables)]
+        for source, message in enumerate(received):
+            cuts = np.cumsum(self.asked_of_me[source])[:-1]
+            for t, part in enumerate(np.split(message.numpy(), cuts)):
+                by_table[t].append(part)
+        return [np.concatenate(parts) for parts in by_table]
+
+    def send_rows(self, owned: list[paddle.Tensor]) -> paddle.Tensor:
+        """Return the owned rows to whoever asked; returns this rank's distinct rows of every table, flat,
+        each table's in its distinct-id order, and one zero at the end."""
+        world = self.exchange.world_size
+        splits = [self._split(rows, self.asked_of_me[:, t]) for t, rows in enumerate(owned)]
+        parts = [_flat([splits[t][s] for t in range(len(self.keys))]) for s in range(world)]
+        sizes = [int((self.counts[d] * self.dims).sum()) for d in range(world)]
+        received = self.exchange.exchange(parts, sizes)
+        pieces = [[] for _ in self.keys]
+        for d, message in enumerate(received):
+            for t, part in enumerate(_cut(message, self.counts[d] * self.dims)):
+                pieces[t].append(part.reshape([-1, self.dims[t]]))
+        tables = [_ungroup(_cat(parts, self.dims[t]), self.orders[t]).reshape([-1]) for t, parts in enumerate(pieces)]
+        return _cat([*tables, paddle.zeros([1], dtype="float32")])
+
+    def send_gradients(self, flat_grad: paddle.Tensor) -> list[paddle.Tensor]:
+        """The backward of ``send_rows``: each distinct row's gradient back to its owner; returns the
+        gradient of every owned rows tensor."""
+        world = self.exchange.world_size
+        per_table = _cut(flat_grad[:-1], self.distinct * self.dims)
+        grouped = [paddle.gather(g.reshape([-1, dim]), paddle.to_tensor(order)) if order.size else g.reshape([-1, dim])
+                   for g, dim, order in zip(per_table, self.dims, self.orders)]
+        splits = [self._split(g, self.counts[:, t]) for t, g in enumerate(grouped)]
+        parts = [_flat([splits[t][d] for t in range(len(self.keys))]) for d in range(world)]
+        sizes = [int((self.asked_of_me[s] * self.dims).sum()) for s in range(world)]
+        received = self.exchange.exchange(parts, sizes)
+        pieces = [[] for _ in self.keys]
+        for s, message in enumerate(received):
+            for t, part in enumerate(_cut(message, self.asked_of_me[s] * self.dims)):
+                pieces[t].append(part.reshape([-1, self.dims[t]]))
+        return [_cat(parts, self.dims[t]) for t, parts in enumerate(pieces)]
+
+    @staticmethod
+    def _split(rows: paddle.Tensor, counts: np.ndarray) -> list[paddle.Tensor]:
+        return _cut(rows, counts)
+
+    def vectors(self, flat: paddle.Tensor) -> dict[str, paddle.Tensor]:
+        """Each table's vectors [batch, width] from its distinct rows: gathered, padding zero, bags pooled."""
+        parts = _cut(flat[:-1], self.distinct * self.dims)
+        tail = flat[-1:]  # zero; in every output, so that every rank's backward reaches the exchange
+        out = {}
+        for t, key in enumerate(self.keys):
+            dim, shape = self.dims[t], self.shapes[t]
+            rows = paddle.concat([parts[t].reshape([-1, dim]), paddle.zeros([1, dim], dtype="float32")])
+            vectors = paddle.gather(rows, paddle.to_tensor(self.inverse[t])) + tail     # [n, dim]
+            batch = shape[0] if shape else 1
+            mode = self.collection.pooling[key]
+            if mode == "none":
+                out[key] = vectors.reshape([batch, -1 if len(shape) > 1 else dim])
+                continue
+            length = shape[1]
+            summed = vectors.reshape([batch, length, dim]).sum(axis=1)
+            if mode == "mean":
+                kept = self.valid[t].reshape([batch, length]).sum(axis=1).astype(np.float32)
+                summed = summed / paddle.to_tensor(np.maximum(kept, 1.0)).reshape([batch, 1])
+            out[key] = summed
+        return out
+
+
+def _flat(parts: list[paddle.Tensor]) -> paddle.Tensor:
+    return _cat([p.reshape([-1]) for p in parts])
+
+
+def _cat(parts: list[paddle.Tensor], dim: int | None = None) -> paddle.Tensor:
+    """Parts joined along their first axis, empty ones included (Paddle's concat refuses to join none):
+    ``dim`` is the width of 2-D parts, None for 1-D ones."""
+    kept = [p for p in parts if int(p.shape[0])]
+    if not kept:
+        return paddle.zeros([0] if dim is None else [0, dim], dtype=parts[0].dtype if parts else "float32")
+    return kept[0] if len(kept) == 1 else paddle.concat(kept)
+
+
+def _cut(tensor: paddle.Tensor, sizes: np.ndarray) -> list[paddle.Tensor]:
+    """``tensor`` cut along its first axis into pieces of ``sizes`` (zeros allowed)."""
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64).tolist()
+    return [tensor[bounds[i]:bounds[i + 1]] for i in range(len(sizes))]
+
+
+def _ungroup(grouped: paddle.Tensor, order: np.ndarray) -> paddle.Tensor:
+    """Rows grouped by owner (``grouped[i]`` is distinct id ``order[i]``'s) back in distinct-id order."""
+    if order.size == 0:
+        return grouped
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(order.size)
+    return paddle.gather(grouped, paddle.to_tensor(inverse))
+
+
+class _RowExchange(paddle.autograd.PyLayer):
+    """``send_rows`` with a backward that sends the rows' gradients to their owners. ``anchor``, a leaf
+    that wants a gradient, makes every rank run the backward (and so its half of the exchange) even when
+    it owns no row wanted this step."""
+
+    @staticmethod
+    def forward(ctx, anchor: paddle.Tensor, *trained: paddle.Tensor, plan: _ExchangePlan) -> paddle.Tensor:
+        ctx.plan = plan
+        ctx.trained = [not rows.stop_gradient for rows in plan.owned]  # the tensors ``trained`` holds, in order
+        owned, plan.owned = plan.owned, None
+        return plan.send_rows(owned)
+
+    @staticmethod
+    def backward(ctx, grad: paddle.Tensor):
+        with paddle.no_grad():
+            grads = ctx.plan.send_gradients(grad)
+        return (paddle.zeros([1], dtype="float32"), *[g for g, wanted in zip(grads, ctx.trained) if wanted])

@@ -1,0 +1,86 @@
+"""Tables built as one rank's share of their rows: rank r of N holds the rows whose global id g has
+g % N == r, at local row g // N. The modulo spreads both ids ranked by frequency (where the hot ids are the
+small ones) and hashed ids evenly over the ranks, and depends on nothing but the id and N, so a placement
+is the same after every restart. While ``row_shares(rank, world_size, min_rows)`` is active, ``TableSpec.build``
+builds every table of a row-shardable type with at least ``min_rows`` rows as its share (and marks it with
+``row_share``), and every other table whole, with a dense gradient (the ranks all-reduce it)."""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from ..errors import EdoValueError
+
+
+@dataclass(frozen=True)
+class RowShare:
+    """Rank ``rank`` of ``world_size``'s share of a table of ``rows`` rows (ids); ``padding_idx``: the
+    table's padding id, which the sharing collection answers with zeros."""
+
+    rank: int
+    world_size: int
+    rows: int
+    padding_idx: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.world_size:
+            raise EdoValueError(f"RowShare: rank {self.rank} is outside [0, {self.world_size})")
+
+    @property
+    def held_rows(self) -> int:
+        """Rows this rank holds."""
+        return held_rows(self.rows, self.rank, self.world_size)
+
+    def global_rows(self) -> np.ndarray:
+        """The global id of each held row, int64 [held_rows]."""
+        return np.arange(self.rank, self.rows, self.world_size, dtype=np.int64)
+
+
+def held_rows(rows: int, rank: int, world_size: int) -> int:
+    """Rows of a ``rows``-row table that rank ``rank`` of ``world_size`` holds."""
+    return max(0, (rows - rank + world_size - 1) // world_size)
+
+
+@dataclass(frozen=True)
+class ShareRule:
+    rank: int
+    world_size: int
+    min_rows: int
+
+
+_RULE: contextvars.ContextVar[ShareRule | None] = contextvars.ContextVar("paddle_edo_row_shares", default=None)
+_BUILDING: contextvars.ContextVar[RowShare | None] = contextvars.ContextVar("paddle_edo_building_share", default=None)
+
+
+@contextlib.contextmanager
+def row_shares(rank: int, world_size: int, min_rows: int) -> Iterator[None]:
+    """Tables built inside are rank ``rank`` of ``world_size``'s shares (those with at least ``min_rows``
+    rows, of a row-shardable type)."""
+    token = _RULE.set(ShareRule(int(rank), int(world_size), int(min_rows)))
+    try:
+        yield
+    finally:
+        _RULE.reset(token)
+
+
+def share_rule() -> ShareRule | None:
+    """The rule of the enclosing ``row_shares``, if any."""
+    return _RULE.get()
+
+
+@contextlib.contextmanager
+def building_share(share: RowShare) -> Iterator[None]:
+    """While a share's layer is built: its initial values are the rows the whole table would draw."""
+    token = _BUILDING.set(share)
+    try:
+        yield
+    finally:
+        _BUILDING.reset(token)
+
+
+def share_being_built() -> RowShare | None:
+    return _BUILDING.get()
