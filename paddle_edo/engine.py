@@ -197,7 +197,8 @@ class Engine:
         follows from (seed, step), see _train_step); ``table_optimizer``: the collections' fused optimizer
         state too (a resume needs it; serving does not, and a parameter-server job's checkpoint has none)."""
         if is_sharded_checkpoint(path):
-            state = load_sharded(path, self.rank, self.world_size, self.config["distributed"]["shard_min_rows"])
+            state = load_sharded(path, self.rank, self.world_size, self.config["distributed"]["shard_min_rows"],
+                                 self.optimizer.state_dict())
         else:
             state = load_checkpoint(path)
         diff = checkpoint_difference(state.get("config", {}), self.config)
@@ -367,10 +368,14 @@ class Engine:
         with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
             loss = self.model.create_loss(self.train_model(self.model.inputs(batch)), batch)
         if self.gradient_sum is not None:  # this rank's part of the global batch's mean loss
-            loss = loss * self.train_batches.share
+            loss = loss * self.train_batches.next_share()
         if following is not None:  # cached tables read the next batch's misses while this step runs
             for layer, field in self.prefetching:
-                layer.prefetch(following[field])
+                share = getattr(layer, "row_share", None)
+                if share is None:
+                    layer.prefetch(following[field])
+                else:  # a share is asked for its rows of the whole next batch, by every rank
+                    layer.prefetch(share.owned_local(self.train_batches.whole[field]))
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
             self._after_backward()
@@ -455,7 +460,8 @@ def _parallel_env(config: dict[str, Any]) -> tuple[int, int]:
     if "PADDLE_TRAINER_ENDPOINTS" not in os.environ:
         raise ConfigError("distributed.mode = 'collective' runs under the launcher: python -m "
                           "paddle.distributed.launch --nproc_per_node 2 tools/train.py -c <config>")
-    paddle.distributed.init_parallel_env()  # gloo on CPU, NCCL on GPU
+    if not paddle.distributed.is_initialized():
+        paddle.distributed.init_parallel_env()  # gloo on CPU, NCCL on GPU
     return paddle.distributed.get_rank(), paddle.distributed.get_world_size()
 
 

@@ -9,6 +9,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import EdoValueError
+from ..quant.noise import keyed_normal
 
 
 HOST_KINDS = ("memory", "mmap")
@@ -23,12 +24,14 @@ class HostStore:
     ``kind="mmap"`` keeps the array in a file (``path``, with its layout in ``path.json``), so a table
     larger than RAM pages in and out as rows are read and written. An existing file of the right
     size is reopened as it is (its rows are the table) when ``reopen``, else given fresh values (a normal
-    of std ``init_std``, or ``fill(rows, dim)`` chunk by chunk); one of another size is refused.
+    of std ``init_std``, keyed by ``seed`` and each row's place in the whole table, ``global_rows`` =
+    (first, step) for a rank's share; or ``fill(rows, dim)`` chunk by chunk); one of another size is refused.
     """
 
     def __init__(self, rows: int, dim: int, kind: str = "memory", path: str | Path | None = None,
                  init_std: float = 0.01, seed: int = 0, zero_row: int | None = None, reopen: bool = True,
-                 owner: str = "HostStore", fill: Callable[[int, int], np.ndarray] | None = None) -> None:
+                 owner: str = "HostStore", fill: Callable[[int, int], np.ndarray] | None = None,
+                 global_rows: tuple[int, int] = (0, 1)) -> None:
         if kind not in HOST_KINDS:
             raise EdoValueError(f"{owner}: host = {kind!r}; expected one of {', '.join(map(repr, HOST_KINDS))}")
         if kind == "mmap" and not path:
@@ -41,9 +44,10 @@ class HostStore:
             self.array = self._map("r+", len(self.names))
             return
         self.array = self._allocate(len(self.names))
-        rng = np.random.default_rng(seed)
+        first, step = global_rows
         for start, stop in self._chunks():
-            rows = fill(stop - start, dim) if fill else rng.normal(0.0, init_std, size=(stop - start, dim))
+            rows = fill(stop - start, dim) if fill else \
+                keyed_normal(seed, first + step * np.arange(start, stop, dtype=np.int64), dim, init_std)
             self.array[start:stop, 0] = rows.astype(np.float32)
         if zero_row is not None:
             self.array[zero_row] = 0.0

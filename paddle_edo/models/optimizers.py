@@ -62,8 +62,11 @@ def check_tables_reached(model: paddle.nn.Layer, optimizer: TableOptimizer) -> N
 
 def collections_fuse(config: dict[str, Any]) -> bool:
     """Whether the collections train their tables in their backward pass: not with ``embedding.collection:
-    false``, nor with monitoring (the monitors read tables' gradients, which a fused backward never makes)."""
-    return config["embedding"].get("collection", True) and not config["monitor"]["enable"]
+    false``, nor with monitoring (the monitors read tables' gradients, which a fused backward never makes),
+    nor in a sharded job (its tables train by rows at their owners, in one process too, so that its
+    checkpoints resume with any number of ranks)."""
+    return (config["embedding"].get("collection", True) and not config["monitor"]["enable"]
+            and config["distributed"]["mode"] != "sharded")
 
 
 def create_optimizer(train: dict[str, Any], model: paddle.nn.Layer | None = None,

@@ -22,6 +22,7 @@ from .base import EmbeddingBase, is_count
 from .dedup import deduplicated_lookup
 from .dense import DenseEmbedding
 from .registry import register_embedding
+from .shards import share_being_built
 from .signature import accepts_old_signature
 from .swap import swap_sublayers
 
@@ -93,13 +94,17 @@ class CachedEmbedding(EmbeddingBase):
         if not self.sparse:
             raise EdoValueError(f"{name}: sparse = False is not supported: the cache trains with sparse row gradients")
         self.cache_rows = self._resolve_cache_rows(cache_rows, cache_ratio)
+        share = share_being_built()  # a rank's share: its rows of the whole table, in a file of its own
         if path is not None and host == "mmap" and (str(path).endswith(os.sep) or Path(path).is_dir()):
             path = Path(path) / f"{self.full_name()}.f32"
+        if path is not None and share is not None:
+            path = Path(f"{path}.rank{share.rank}of{share.world_size}")
         seed = int(paddle.randint(0, 2**31 - 1, [1]).item())  # paddle.seed() decides the initial table
         initializer = weight_attr.initializer if weight_attr is not None else None
         self.host = HostStore(self.num_embeddings, self.embedding_dim, host, path, init_std, seed,
                               zero_row=self.padding_idx, reopen=reopen, owner=name,
-                              fill=None if initializer is None else _filled_by(initializer))
+                              fill=None if initializer is None else _filled_by(initializer),
+                              global_rows=(share.rank, share.world_size) if share is not None else (0, 1))
         self.cache = self.create_parameter([self.cache_rows, self.embedding_dim], dtype="float32",
                                            default_initializer=paddle.nn.initializer.Constant(0.0))
         self.slots = SlotMap(self.num_embeddings, self.cache_rows, policy, owner=name)

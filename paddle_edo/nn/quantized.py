@@ -12,11 +12,13 @@ from ..errors import EdoRuntimeError, EdoValueError
 from ..kernels import fused_ops, ids_checked_by_kernel, kernels_serve
 from ..quant import codecs
 from ..quant.formats import FORMATS, QuantFormat, get_format
+from ..quant.noise import keyed_normal, rounding_noise
 from ..runtime import release_freed_memory
 from ..schema import ConfigError, Option
 from .base import EmbeddingBase, int64_ids, table_settings
 from .dedup import deduplicating, distinct_rows, unique_ids
 from .registry import register_embedding
+from .shards import share_being_built
 from .signature import accepts_old_signature
 
 MODES = ("ptq", "qat", "low_precision")
@@ -136,8 +138,11 @@ class QuantizedEmbedding(EmbeddingBase):
         if weight is None and self.initializer is not None:
             chunk = paddle.zeros([stop - start, self.embedding_dim])
             self.initializer(chunk)
-        elif weight is None:
-            chunk = paddle.normal(0.0, self.init_std, [stop - start, self.embedding_dim])
+        elif weight is None:  # keyed by global row: a rank's share of a table draws the rows the whole would
+            share = share_being_built()
+            rows = np.arange(start, stop, dtype=np.int64)
+            rows = rows * share.world_size + share.rank if share is not None else rows
+            chunk = paddle.to_tensor(keyed_normal(self._init_seed, rows, self.embedding_dim, self.init_std))
         else:
             chunk = weight[start:stop].astype("float32")
         if self.padding_idx is not None and start <= self.padding_idx < stop:
@@ -149,6 +154,8 @@ class QuantizedEmbedding(EmbeddingBase):
         rows, record how far the packed rows are from them (``packing_error``)."""
         if weight is not None:
             check_quantizable(weight, self.format, self.full_name())
+        if weight is None and self.initializer is None:  # one draw, whatever the table's size
+            self._init_seed = int(paddle.randint(0, 2 ** 31 - 1, [1]).item())
         codes, params, errors = [], [], []
         with paddle.no_grad():
             for start in range(0, self.num_embeddings, ENCODE_CHUNK_ROWS):
@@ -341,7 +348,9 @@ class QuantizedEmbedding(EmbeddingBase):
         else:
             step = grad
         updated = rows - learning_rate * step
-        noise = paddle.rand(updated.shape, dtype="float32")  # one draw, the same on both paths below
+        share = getattr(self, "row_share", None)  # a share rounds its rows as the whole table would
+        noise = rounding_noise(unique, self.embedding_dim,
+                               (lambda rows: rows * share.world_size + share.rank) if share is not None else None)
         if kernels_serve(unique, self.codes):
             params = paddle.zeros([1], dtype="float16") if self.row_params is None else self.row_params
             fused_ops().edo_write_rows(self.codes, params, unique, updated, noise, FORMAT_NUMBERS[self.format.name])

@@ -188,8 +188,10 @@ class TableSpec:
                     raise ConfigError(f"a table of {num_embeddings} rows cannot be shared by {rule.world_size} ranks "
                                       f"(rank {rule.rank} would hold none): raise distributed.shard_min_rows above "
                                       f"{num_embeddings} to replicate it")
-                with building_share(share):
-                    layer = cls.from_config(share.held_rows, options)
+                owned_padding = padding_idx // rule.world_size \
+                    if padding_idx is not None and padding_idx % rule.world_size == rule.rank else None
+                with building_share(share):  # the padding row, zero, is on its owner (and never looked up)
+                    layer = cls.from_config(share.held_rows, options, padding_idx=owned_padding)
                 layer.row_share = share
                 return layer
             options = {**options, "sparse": False}  # replicated: its dense gradient is all-reduced

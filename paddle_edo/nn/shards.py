@@ -39,6 +39,11 @@ class RowShare:
         """The global id of each held row, int64 [held_rows]."""
         return np.arange(self.rank, self.rows, self.world_size, dtype=np.int64)
 
+    def owned_local(self, ids: np.ndarray) -> np.ndarray:
+        """The local rows of those of ``ids`` (global, any shape) this rank holds, flat."""
+        flat = np.asarray(ids, dtype=np.int64).reshape(-1)
+        return flat[flat % self.world_size == self.rank] // self.world_size
+
 
 def held_rows(rows: int, rank: int, world_size: int) -> int:
     """Rows of a ``rows``-row table that rank ``rank`` of ``world_size`` holds."""

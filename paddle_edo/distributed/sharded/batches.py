@@ -3,6 +3,7 @@ trains its own slice of each, so that N ranks take the steps one process takes o
 loss weighted by the slice's share of the batch); evaluation scores slices and gathers them in order."""
 from __future__ import annotations
 
+import collections
 from typing import Iterator
 
 import numpy as np
@@ -27,12 +28,14 @@ def rank_slice(arrays: dict[str, np.ndarray], rank: int, world_size: int) -> dic
 
 class RankSlices:
     """``batches`` (CTRBatches: ``epoch`` and ``skip_batches`` pass through) as this rank's slices;
-    ``share`` is the last slice's part of its global batch. A global batch smaller than the world size is
+    ``next_share()`` gives the slices' parts of their global batches in the order they were yielded (a
+    trainer reads one batch ahead), ``whole`` the last global batch yielded. A global batch smaller than the world size is
     skipped (every rank needs an example to take its part in the step's exchange)."""
 
     def __init__(self, batches, rank: int, world_size: int) -> None:
         self.batches, self.rank, self.world_size = batches, rank, world_size
-        self.share = 1.0
+        self.shares: collections.deque[float] = collections.deque()
+        self.whole: dict[str, np.ndarray] = {}
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -41,19 +44,25 @@ class RankSlices:
         return getattr(self.__dict__["batches"], name)
 
     def __setattr__(self, name: str, value) -> None:
-        if name in ("epoch", "skip_batches"):
+        if name in ("epoch", "skip_batches") and "batches" in self.__dict__:
             setattr(self.batches, name, value)
         else:
             super().__setattr__(name, value)
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        self.shares.clear()
         for arrays in self.batches:
             size = len(arrays["label"])
             if size < self.world_size:
                 continue
             part = rank_slice(arrays, self.rank, self.world_size)
-            self.share = len(part["label"]) / size
+            self.whole = arrays
+            self.shares.append(len(part["label"]) / size)
             yield part
+
+    def next_share(self) -> float:
+        """The part of its global batch that the oldest slice not yet trained holds."""
+        return self.shares.popleft()
 
 
 def gather_slices(values: paddle.Tensor, world_size: int) -> paddle.Tensor:

@@ -112,10 +112,13 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     return body
 
 
-def load_sharded(path: str | Path, rank: int, world_size: int, min_rows: int) -> dict[str, Any]:
+def load_sharded(path: str | Path, rank: int, world_size: int, min_rows: int,
+                 fresh_optimizer: dict[str, Any] | None = None) -> dict[str, Any]:
     """This rank's state from a sharded checkpoint written by any number of ranks: a checkpoint as
     ``Engine.state()`` makes it, the row-indexed entries holding the rows rank ``rank`` of ``world_size``
-    owns (all rows for one process)."""
+    owns (all rows for one process). ``fresh_optimizer``: this run's optimizer state as built, whose
+    entries replace those of another shape from another world size (a cached table's slots, whose rows
+    went to its host store with their state when the checkpoint was written)."""
     path = Path(path)
     body = read_manifest(path)
     if body["min_rows"] != min_rows:
@@ -151,6 +154,9 @@ def load_sharded(path: str | Path, rank: int, world_size: int, min_rows: int) ->
         del old
     for (section, key), value in assembled.items():
         state[section][key] = value
+    for key, value in (fresh_optimizer or {}).items():
+        if key in state["optimizer"] and np.shape(_array(state["optimizer"][key])) != np.shape(_array(value)):
+            state["optimizer"][key] = value
     return state
 
 

@@ -5,7 +5,7 @@ implementations chosen at run time (``choose_exchange``):
 - ``PairwiseExchange`` (gloo, the CPU backend, which has no all-to-all): blocking ``send`` / ``recv`` in
   rounds of a round-robin tournament (the circle method: N - 1 rounds for even N, N for odd), each pair
   once, the lower rank sending first and the higher receiving first, so that no two ranks wait on each
-  other. Paddle's gloo ``send`` returns only once the peer has received (an ``isend`` to a rank that is
+  other, each pair in a group of its own. Paddle's gloo ``send`` returns only once the peer has received (an ``isend`` to a rank that is
   itself sending times out), which rules out the shifted schedule r -> r + k with both directions posted at
   once.
 - ``GatheredExchange``: one ``all_gather`` of every rank's parts, padded to the longest; each rank keeps
@@ -17,6 +17,7 @@ A world of one process (``LocalExchange``) returns what it was given. Every impl
 it sends to other ranks (``bytes_sent``), which the bench compares with the formula."""
 from __future__ import annotations
 
+import itertools
 from typing import Sequence
 
 import paddle
@@ -78,36 +79,40 @@ class PairwiseExchange(Exchange):
 
     def __init__(self, rank: int, world_size: int) -> None:
         super().__init__(rank, world_size)
-        self.partners = []  # this rank's partner in each round it plays
+        # One group per pair: gloo matches a send with a receive by the group's count of operations, which
+        # ranks that sit a round out would put out of step in a group of all ranks. Every rank creates every
+        # group, in the same order (new_group is collective).
+        groups = {pair: dist.new_group(list(pair)) for pair in itertools.combinations(range(world_size), 2)}
+        self.partners = []  # (this rank's partner, their group) in each round it plays
         for pairs in tournament_rounds(world_size):
             for low, high in pairs:
                 if rank in (low, high):
-                    self.partners.append(high if rank == low else low)
+                    self.partners.append((high if rank == low else low, groups[low, high]))
 
     def _exchange(self, parts, receive_sizes):
         received: list[paddle.Tensor | None] = [None] * self.world_size
         received[self.rank] = parts[self.rank]
-        for peer in self.partners:
+        for peer, group in self.partners:
             buffer = paddle.empty([receive_sizes[peer]], dtype=parts[peer].dtype)
             outgoing = parts[peer]
             if self.rank < peer:
-                _send(outgoing, peer)
-                _receive(buffer, peer)
+                _send(outgoing, peer, group)
+                _receive(buffer, peer, group)
             else:
-                _receive(buffer, peer)
-                _send(outgoing, peer)
+                _receive(buffer, peer, group)
+                _send(outgoing, peer, group)
             received[peer] = buffer
         return received
 
 
-def _send(tensor: paddle.Tensor, peer: int) -> None:
-    if tensor.size:
-        dist.send(tensor, peer)
+def _send(tensor: paddle.Tensor, peer: int, group) -> None:
+    if tensor.size:  # both sides know the size: an empty part is neither sent nor awaited
+        dist.send(tensor, peer, group=group)
 
 
-def _receive(buffer: paddle.Tensor, peer: int) -> None:
+def _receive(buffer: paddle.Tensor, peer: int, group) -> None:
     if buffer.size:
-        dist.recv(buffer, peer)
+        dist.recv(buffer, peer, group=group)
 
 
 class GatheredExchange(Exchange):

@@ -1,0 +1,38 @@
+"""Random values that are a function of (a seed, a table's global row, a column): uniform noise for
+stochastic rounding and normal initial rows, the same for a row wherever it is made, in one process or on
+the rank that owns it in a sharded job (where each owner makes only its rows, so that draws from one stream
+would differ)."""
+from __future__ import annotations
+
+import numpy as np
+import paddle
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def keyed_uniform(seed: int, rows: np.ndarray, dim: int) -> np.ndarray:
+    """float32 [len(rows), dim] in [0, 1): splitmix64 of (seed, row * dim + column), its top 24 bits."""
+    keys = (np.asarray(rows, dtype=np.uint64)[:, None] * np.uint64(dim) + np.arange(dim, dtype=np.uint64))
+    with np.errstate(over="ignore"):
+        x = keys * _GOLDEN + np.uint64(seed) * _MIX2
+        x = (x ^ (x >> np.uint64(30))) * _MIX1
+        x = (x ^ (x >> np.uint64(27))) * _MIX2
+        x = x ^ (x >> np.uint64(31))
+    return ((x >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / (1 << 24)))
+
+
+def rounding_noise(rows: paddle.Tensor, dim: int, rows_to_global=None) -> paddle.Tensor:
+    """Noise [len(rows), dim] for re-encoding table rows ``rows`` (local ids; ``rows_to_global`` maps them to
+    the table's global ids), keyed by one draw from Paddle's generator (``paddle.seed`` decides it)."""
+    seed = int(paddle.randint(0, 2 ** 31 - 1, [1]).item())
+    local = rows.numpy().astype(np.int64)
+    return paddle.to_tensor(keyed_uniform(seed, rows_to_global(local) if rows_to_global else local, dim))
+
+
+def keyed_normal(seed: int, rows: np.ndarray, dim: int, std: float) -> np.ndarray:
+    """float32 [len(rows), dim] draws of N(0, std^2): Box-Muller over two keyed uniforms."""
+    u1 = keyed_uniform(seed, rows, dim).astype(np.float64)
+    u2 = keyed_uniform(seed ^ 0x5DEECE66D, rows, dim).astype(np.float64)
+    radius = np.sqrt(-2.0 * np.log1p(-u1))  # 1 - u1 in (0, 1]
+    return (radius * np.cos(2.0 * np.pi * u2) * std).astype(np.float32)
