@@ -1,16 +1,21 @@
-"""A job of the sharded-training tests, run by tests/distributed/test_sharded.py under
-``paddle.distributed.launch`` (or as one process): trains each named case of a small synthetic DeepFM for a
-few steps and writes its sharded checkpoint under <root>/<case>/world<N>.
+"""Jobs of the sharded-training tests, run by tests/distributed/test_sharded.py under
+``paddle.distributed.launch`` (or as one process). Each task trains a small synthetic DeepFM and writes its
+sharded checkpoint under <root>/<out>/world<N>:
 
-  python -m paddle.distributed.launch --nproc_per_node N tests/distributed/sharded_job.py ROOT CASE ...
+  python -m paddle.distributed.launch --nproc_per_node N tests/distributed/sharded_job.py ROOT TASK ...
+
+A task is ``<case>[,epochs=E][,resume=<folder under ROOT>][,out=<name>]``; a case is ``<table type>-<optimizer>``.
+``EDO_KILL_RANK=<rank>:<step>`` kills that rank (SIGKILL) at that global step, to test a job's failure.
 """
 import os
+import signal
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from paddle_edo.callbacks import Callback  # noqa: E402
 from paddle_edo.config import load_config  # noqa: E402
 from paddle_edo.engine import Engine  # noqa: E402
 
@@ -20,28 +25,46 @@ TYPES = {
     "low_precision": ["embedding.type=quantized", "embedding.storage_format=int8", "embedding.mode=low_precision"],
     "cached": ["embedding.type=cached", "embedding.cache_ratio=0.5", "embedding.min_cache_rows=8"],
 }
-
-
-def case_overrides(case: str) -> list[str]:
-    """'<type>-<optimizer>' -> the overrides of its run."""
-    kind, optimizer = case.rsplit("-", 1)
-    return [*TYPES[kind], f"train.optimizer={optimizer}"]
+MANIFEST = Path("checkpoints") / "last.sharded.json"
 
 
 def config_for(case: str, output_dir: Path, extra: list[str] = ()) -> dict:
+    """The config of ``case`` ('<type>-<optimizer>'), writing under ``output_dir``."""
+    kind, optimizer = case.rsplit("-", 1)
     return load_config(ROOT / "configs" / "synthetic_dense.yaml", [
         "data.synthetic.num_samples=1500", "data.synthetic.num_fields=3", "data.synthetic.rows_per_field=300",
         "model.hidden_units=[16]", "embedding.dim=8", "train.epochs=1", "train.batch_size=256",
         "train.learning_rate=0.01", "train.num_threads=1", "distributed.mode=sharded",
-        "distributed.shard_min_rows=0", f"train.output_dir={output_dir}", *case_overrides(case), *extra])
+        "distributed.shard_min_rows=0", f"train.output_dir={output_dir}", *TYPES[kind],
+        f"train.optimizer={optimizer}", *extra])
+
+
+class KillAt(Callback):
+    def __init__(self, rank: int, step: int) -> None:
+        self.rank, self.step = rank, step
+
+    def on_step_end(self, engine, step, logs) -> None:
+        if engine.rank == self.rank and step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run(root: Path, task: str, world: int) -> None:
+    case, *options = task.split(",")
+    settings = dict(option.split("=", 1) for option in options)
+    out = root / settings.get("out", case) / f"world{world}"
+    extra = [f"train.epochs={settings.get('epochs', 1)}", "train.checkpoint_every_steps=2"]
+    if "resume" in settings:
+        extra.append(f"train.resume={root / settings['resume'] / MANIFEST}")
+    kill = os.environ.get("EDO_KILL_RANK")
+    callbacks = [KillAt(*map(int, kill.split(":")))] if kill else []
+    Engine(config_for(case, out, extra), callbacks).train_epochs(validate=False)
 
 
 def main() -> None:
-    root, cases = Path(sys.argv[1]), sys.argv[2:]
+    root, tasks = Path(sys.argv[1]), sys.argv[2:]
     world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
-    for case in cases:
-        engine = Engine(config_for(case, root / case / f"world{world}"))
-        engine.train_epochs(validate=False)
+    for task in tasks:
+        run(root, task, world)
     print("paddle_edo: finished as sharded test job", flush=True)
 
 

@@ -48,8 +48,10 @@ def _inside_table(name: str, tables: dict[str, int]) -> bool:
 def row_keys(state: dict[str, Any], model: paddle.nn.Layer, tables: dict[str, int], rank: int,
              world_size: int) -> dict[str, dict[str, list[str]]]:
     """Per table, per section of ``state`` (model, optimizer, table_rows), the entries indexed by its rows:
-    the table's own tensors, Paddle's accumulators of its parameters and its row trainer's state, whose
-    first axis is the rows this rank holds (the same names on every rank)."""
+    the table's own tensors, Paddle's moments of its parameters and its row trainer's state1 / state2, whose
+    first axis is the rows this rank holds (the same names on every rank). A table's own tensor of another
+    meaning whose first axis happens to equal that count would be taken for rows: the layers here keep
+    none but scalars."""
     layers = dict(model.named_sublayers())
     keys: dict[str, dict[str, list[str]]] = {}
     for table, rows in tables.items():
@@ -61,10 +63,10 @@ def row_keys(state: dict[str, Any], model: paddle.nn.Layer, tables: dict[str, in
             return bool(shape) and shape[0] == held
         keys[table] = {
             "model": [k for k, v in state["model"].items() if k.startswith(f"{table}.") and rowwise(v)],
-            "optimizer": [k for k, v in state["optimizer"].items()
-                          if any(k.startswith(f"{p}_") for p in params) and rowwise(v)],
-            "table_rows": [k for k, v in state.get("table_rows", {}).items()
-                           if k.rsplit(".", 1)[0] == table and rowwise(v)],
+            "optimizer": [k for k, v in state["optimizer"].items()   # moments, not Adam's beta powers
+                          if any(k.startswith(f"{p}_") for p in params) and "_pow_acc" not in k and rowwise(v)],
+            "table_rows": [k for k, v in state.get("table_rows", {}).items()   # TableStates' state1 / state2
+                           if k in (f"{table}.state1", f"{table}.state2") and rowwise(v)],
         }
     return keys
 

@@ -1,0 +1,237 @@
+"""Sharded tables: 1 vs 2 vs 3 real processes (gloo on localhost) train the same model; checkpoints resume
+with the same or another number of ranks; a killed rank fails the job; bad input is refused."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import paddle
+import pytest
+
+from paddle_edo.config import load_config
+from paddle_edo.distributed.sharded import ShardedCollection
+from paddle_edo.distributed.sharded.checkpoint import read_manifest
+from paddle_edo.distributed.sharded.exchange import LocalExchange, choose_exchange, tournament_rounds
+from paddle_edo.engine import Engine
+from paddle_edo.errors import EdoIndexError, EdoValueError
+from paddle_edo.nn import EmbeddingCollection, build_embedding
+from paddle_edo.nn.shards import RowShare, row_shares
+from paddle_edo.schema import ConfigError
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "tests" / "distributed"))
+from sharded_job import MANIFEST, config_for, run  # noqa: E402
+
+CASES = ["dense-sgd", "dense-adagrad", "dense-adam", "qat-adam", "low_precision-adagrad", "cached-adam"]
+# SGD moves by the gradient: 1e-6 of the weights' scale; Adagrad and Adam divide each coordinate by its own
+# gradients' scale, which turns the float summation order of a near-zero gradient into a visible step
+TOLERANCE = {"sgd": 1e-6, "adagrad": 5e-5, "adam": 5e-5}
+ENV = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": str(ROOT)}
+
+
+def launch(world: int, root, tasks, log_dir, timeout=600):
+    return subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(world),
+                           "--log_dir", str(log_dir), str(ROOT / "tests" / "distributed" / "sharded_job.py"),
+                           str(root), *tasks], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=ENV)
+
+
+def logs_of(log_dir) -> str:
+    return "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(log_dir.glob("workerlog.*")))
+
+
+def one_process_state(case: str, folder, tmp_path) -> dict[str, np.ndarray]:
+    """A sharded checkpoint loaded by one process (every row): the model's state."""
+    engine = Engine(config_for(case, tmp_path / "reader" / case))
+    engine.load(folder / MANIFEST)
+    return {key: value.numpy() for key, value in engine.model.state_dict().items()}
+
+
+def relative_difference(state: dict, reference: dict) -> float:
+    assert state.keys() == reference.keys()
+    return max(float(np.abs(state[k].astype(np.float64) - reference[k]).max()) / max(float(np.abs(reference[k]).max()), 1e-12)
+               for k in reference if reference[k].size)
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """One process, 2 ranks and 3 ranks on every case, and the resumes across world sizes."""
+    root = tmp_path_factory.mktemp("sharded")
+    for task in [*CASES, "dense-adam,epochs=2,out=two-epochs"]:
+        run(root, task, 1)
+    two = launch(2, root, [*CASES, "dense-adam,epochs=2,resume=dense-adam/world1,out=resumed-1to2",
+                           "dense-adam,epochs=2,out=two-epochs",
+                           "dense-adam,epochs=2,resume=dense-adam/world2,out=resumed-2to2"], root / "log2")
+    assert two.returncode == 0, logs_of(root / "log2")
+    three = launch(3, root, [*CASES, "dense-adam,epochs=2,resume=dense-adam/world2,out=resumed-2to3"], root / "log3")
+    assert three.returncode == 0, logs_of(root / "log3")
+    return root
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_two_and_three_ranks_train_the_model_one_process_trains(jobs, case, tmp_path):
+    reference = one_process_state(case, jobs / case / "world1", tmp_path)
+    tolerance = TOLERANCE[case.rsplit("-", 1)[1]]
+    for world in (2, 3):
+        manifest = read_manifest(jobs / case / f"world{world}" / MANIFEST)
+        assert manifest["world_size"] == world and len(manifest["files"]) == world
+        assert relative_difference(one_process_state(case, jobs / case / f"world{world}", tmp_path),
+                                   reference) <= tolerance
+
+
+def test_a_checkpoint_resumes_with_the_same_and_with_another_number_of_ranks(jobs, tmp_path):
+    uninterrupted = one_process_state("dense-adam", jobs / "two-epochs" / "world1", tmp_path)
+    for resumed in ("resumed-1to2/world2", "resumed-2to3/world3"):
+        assert relative_difference(one_process_state("dense-adam", jobs / resumed, tmp_path),
+                                   uninterrupted) <= TOLERANCE["adam"]
+    # the same world size continues exactly: every rank's file equals the uninterrupted run's, bit for bit
+    straight, again = (read_manifest(jobs / run_ / "world2" / MANIFEST) for run_ in ("two-epochs", "resumed-2to2"))
+    for a, b in zip(straight["files"], again["files"]):
+        left = paddle.load(str(jobs / "two-epochs" / "world2" / "checkpoints" / a))["model"]
+        right = paddle.load(str(jobs / "resumed-2to2" / "world2" / "checkpoints" / b))["model"]
+        for key in left:
+            assert np.array_equal(left[key].numpy(), right[key].numpy()), key
+
+
+def test_each_rank_holds_its_share_of_every_table(jobs):
+    manifest = read_manifest(jobs / "dense-adam" / "world2" / MANIFEST)
+    states = [paddle.load(str(jobs / "dense-adam" / "world2" / "checkpoints" / f))["model"] for f in manifest["files"]]
+    for table, rows in manifest["tables"].items():
+        held = [state[f"{table}.weight"].shape[0] for state in states]
+        assert held == [(rows + 1) // 2, rows // 2]
+
+
+def test_a_resume_with_other_shard_settings_or_a_damaged_file_is_refused(jobs, tmp_path):
+    folder = jobs / "dense-sgd" / "world2"
+    engine = Engine(config_for("dense-sgd", tmp_path / "a", ["distributed.shard_min_rows=100000"]))
+    with pytest.raises(Exception, match="distributed.shard_min_rows = 0 rows, this run 100000"):
+        engine.load(folder / MANIFEST)
+    damaged = tmp_path / "damaged"
+    subprocess.run(["cp", "-r", str(folder), str(damaged)], check=True)
+    manifest = read_manifest(damaged / MANIFEST)
+    with open(damaged / "checkpoints" / manifest["files"][1], "r+b") as f:
+        f.seek(100)
+        f.write(b"\0\0\0\0")
+    engine = Engine(config_for("dense-sgd", tmp_path / "b"))
+    with pytest.raises(Exception, match="rank 1's file .* does not match its checksum"):
+        engine.load(damaged / MANIFEST)
+
+
+def test_a_killed_rank_fails_the_job_naming_it_and_the_last_checkpoint_stays_whole(tmp_path):
+    out = tmp_path / "job"
+    command = [sys.executable, str(ROOT / "tools" / "launch.py"), "-c", str(ROOT / "configs" / "sharded_movielens.yaml"),
+               "-o", f"train.output_dir={out}", "-o", "train.epochs=50", "-o", "train.checkpoint_every_steps=10",
+               "-o", "distributed.timeout_s=120", "--nproc_per_node", "2"]
+    job = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    manifest = out / "checkpoints" / "last.sharded.json"
+    deadline = time.monotonic() + 120
+    while not manifest.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert manifest.exists(), "no checkpoint was written"
+    ranks = subprocess.run(["pgrep", "-f", f"tools/train.py .*{out}"], capture_output=True, text=True).stdout.split()
+    os.kill(int(sorted(ranks, key=int)[-1]), signal.SIGKILL)
+    _, stderr = job.communicate(timeout=180)
+    assert job.returncode == 1
+    assert re.search(r"did not finish: trainer 1 \(.*workerlog\.1\)", stderr), stderr
+    state = one_process_state_of_movielens(manifest, tmp_path)
+    assert state["global_step"] % 10 == 0 and state["global_step"] > 0
+
+
+def one_process_state_of_movielens(manifest, tmp_path) -> dict:
+    config = load_config(ROOT / "configs" / "sharded_movielens.yaml", [f"train.output_dir={tmp_path / 'reader'}"])
+    engine = Engine(config)
+    engine.load(manifest)
+    return {"global_step": engine.global_step}
+
+
+def test_movielens_auc_with_two_ranks_matches_one_process(tmp_path):
+    config = ROOT / "configs" / "sharded_movielens.yaml"
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "launch.py"), "-c", str(config), "-o",
+                             f"train.output_dir={tmp_path / 'two'}", "--nproc_per_node", "2"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600, env=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    logs = [(tmp_path / "two" / "log" / f"workerlog.{rank}").read_text() for rank in (0, 1)]
+    aucs = [float(re.search(r"^test auc (\S+)", log, re.M).group(1)) for log in logs]
+    assert aucs[0] == aucs[1]  # every rank scored the whole test split
+    single = Engine(load_config(config, [f"train.output_dir={tmp_path / 'one'}"])).fit()
+    assert abs(aucs[0] - single["test_auc"]) <= 0.002
+
+
+# ------------------------------------------------------------------ one process, no launcher
+def sharded_pair(pooling):
+    """A collection of two tables, and the same tables as shares of one rank (the exchange local)."""
+    paddle.seed(5)
+    plain = {"a": build_embedding({"type": "dense", "dim": 4}, 30, padding_idx=0),
+             "b": build_embedding({"type": "dense", "dim": 3}, 7, padding_idx=0)}
+    with row_shares(0, 1, 0):
+        paddle.seed(5)
+        shares = {"a": build_embedding({"type": "dense", "dim": 4}, 30, padding_idx=0),
+                  "b": build_embedding({"type": "dense", "dim": 3}, 7, padding_idx=0)}
+    return EmbeddingCollection(plain, pooling), ShardedCollection(shares, pooling, LocalExchange())
+
+
+@pytest.mark.parametrize("mode", ["none", "sum", "mean"])
+def test_a_sharded_collection_looks_up_and_pools_as_a_collection_does(mode):
+    plain, sharded = sharded_pair({"a": "none", "b": mode})
+    a = paddle.to_tensor([3, 0, 29, 3])
+    b = paddle.to_tensor([[1, 0, 6], [0, 0, 0], [2, 2, 5], [6, 1, 0]]) if mode != "none" else paddle.to_tensor([1, 0, 6, 6])
+    for table in ("a", "b"):
+        np.testing.assert_array_equal(plain[table].weight.numpy(), sharded[table].weight.numpy())
+    expected, got = plain([a, b]), sharded([a, b])
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=0, atol=1e-7)
+    got.sum().backward()
+    assert sharded["a"].weight.grad is not None
+
+
+def test_ids_out_of_range_are_refused_before_any_exchange_naming_the_table_and_id():
+    _, sharded = sharded_pair({"a": "none", "b": "none"})
+    with pytest.raises(EdoIndexError, match=r"table 'a': id 30 is out of range \[0, 30\)"):
+        sharded([paddle.to_tensor([1, 30]), paddle.to_tensor([1, 2])])
+    with pytest.raises(EdoValueError, match="offsets are not taken"):
+        sharded([paddle.to_tensor([1, 2]), paddle.to_tensor([1, 2])], offsets=[None, None])
+
+
+def test_a_share_holds_the_rows_of_the_whole_table():
+    for kind in ({"type": "dense"}, {"type": "quantized", "storage_format": "int8", "mode": "low_precision"},
+                 {"type": "cached", "cache_ratio": 0.5, "min_cache_rows": 1}):
+        paddle.seed(11)
+        whole = build_embedding({**kind, "dim": 4}, 25, padding_idx=0).state_dict()
+        for world in (2, 3):
+            for rank in range(world):
+                paddle.seed(11)
+                with row_shares(rank, world, 0):
+                    share = build_embedding({**kind, "dim": 4}, 25, padding_idx=0)
+                assert share.row_share == RowShare(rank, world, 25, 0)
+                for key, value in share.state_dict().items():
+                    np.testing.assert_array_equal(value.numpy(), whole[key].numpy()[rank::world], err_msg=key)
+
+
+def test_small_tables_and_tables_of_other_types_stay_whole_with_dense_gradients():
+    with row_shares(1, 2, 100):
+        small = build_embedding({"type": "dense", "dim": 4}, 50)
+        hashed = build_embedding({"type": "hash", "dim": 4, "num_buckets": 64}, 1000)
+        large = build_embedding({"type": "dense", "dim": 4}, 1000)
+    assert not hasattr(small, "row_share") and small.sparse is False and small.num_embeddings == 50
+    assert not hasattr(hashed, "row_share")
+    assert large.row_share.held_rows == 500 and large.num_embeddings == 500
+
+
+def test_the_tournament_meets_every_pair_once_and_no_rank_twice_a_round():
+    for world in range(1, 9):
+        rounds = tournament_rounds(world)
+        pairs = [pair for round_ in rounds for pair in round_]
+        assert sorted(pairs) == [(a, b) for a in range(world) for b in range(a + 1, world)]
+        for round_ in rounds:
+            ranks = [rank for pair in round_ for rank in pair]
+            assert len(ranks) == len(set(ranks))
+
+
+def test_sharded_settings_are_checked():
+    with pytest.raises(ConfigError, match="needs embedding.collection = true"):
+        load_config(ROOT / "configs" / "sharded_movielens.yaml", ["embedding.collection=false"])
+    with pytest.raises(EdoValueError, match="'all_to_all' needs NCCL"):
+        choose_exchange("all_to_all", 0, 2, "cpu")
+    assert isinstance(choose_exchange("auto", 0, 1, "cpu"), LocalExchange)
