@@ -128,6 +128,7 @@ class Engine:
         self.epoch = 0           # epochs finished
         self.step_in_epoch = 0   # steps finished in the current epoch
         self.global_step = 0
+        self.trained = {"examples": 0, "steps": 0, "seconds": 0.0, "exchange_bytes": 0}  # by this process
         self.history: list[dict[str, float]] = []
 
     def _table_shares(self) -> contextlib.AbstractContextManager:
@@ -314,6 +315,7 @@ class Engine:
             results.update({f"{subset}_{k}": v for k, v in self.evaluate(subset).items()})
             results[f"{subset}_rows"] = len(self.splits.extra[subset])
         results["train_seconds"] = time.perf_counter() - start
+        results.update(self.throughput())
         for cb in self.callbacks:
             cb.on_train_end(self, results)
         return results
@@ -346,6 +348,8 @@ class Engine:
             losses.append(loss)
             self.step_in_epoch += 1
             self.global_step += 1
+            self.trained["examples"] += len(self.current_arrays["label"])
+            self.trained["steps"] += 1
             bar.update(len(self.current_arrays["label"]), loss=loss)
             logs = {"loss": loss}
             for cb in self.callbacks:
@@ -357,7 +361,9 @@ class Engine:
         loss = float(np.mean(losses)) if losses else float("nan")  # (no batches left to run: nothing diverged)
         if losses:
             check_finite(loss, f"training, epoch {self.epoch + 1}")
-        return {"loss": loss, "seconds": time.perf_counter() - start}
+        seconds = time.perf_counter() - start
+        self.trained["seconds"] += seconds
+        return {"loss": loss, "seconds": seconds}
 
     def _train_step(self, batch: dict[str, paddle.Tensor], following: dict[str, np.ndarray] | None = None
                     ) -> float:
@@ -365,6 +371,7 @@ class Engine:
         # what the uninterrupted one drew: Paddle 2.6 cannot save its generator state (paddle.save keeps
         # only the seed of a GeneratorState).
         paddle.seed((self.config["train"]["seed"] * 1_000_003 + self.global_step) % 2**31)
+        exchanged = self.exchange.bytes_sent if self.exchange is not None else 0
         with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
             loss = self.model.create_loss(self.train_model(self.model.inputs(batch)), batch)
         if self.gradient_sum is not None:  # this rank's part of the global batch's mean loss
@@ -393,7 +400,21 @@ class Engine:
         for table in self.row_tables:
             table.apply_row_updates(self.table_learning_rate)
         self.optimizer.clear_grad()
+        if self.exchange is not None:
+            self.trained["exchange_bytes"] += self.exchange.bytes_sent - exchanged
         return float(loss)
+
+    def throughput(self) -> dict[str, float]:
+        """This process's training speed (examples of its batches, or slices, per second of training steps)
+        and, in a sharded job, the bytes it sent per step: to other ranks' tables (ids, rows, row gradients)
+        and in the replicated parameters' all-reduce."""
+        steps = max(self.trained["steps"], 1)
+        found = {"examples_per_second": self.trained["examples"] / max(self.trained["seconds"], 1e-9),
+                 "steps_trained": self.trained["steps"]}
+        if self.gradient_sum is not None:
+            found["exchange_bytes_per_step"] = self.trained["exchange_bytes"] / steps
+            found["allreduce_bytes_per_step"] = self.gradient_sum.bytes_sent / steps
+        return found
 
     def _after_backward(self) -> None:
         self.gradient_peaks.observe(self.model)

@@ -9,6 +9,7 @@
   python tools/bench.py data [--rows 1000000] [--scale-rows 20000000]
   python tools/bench.py serving [--rate 500] [--seconds 60]
   python tools/bench.py redis [--rows 1000000] [--rate 500] [--seconds 30]
+  python tools/bench.py sharded [--fields 4] [--rows 500000] [--dim 64] [--samples 400000]
   python tools/bench.py training_memory [--seeds 1 2 3] [--data movielens criteo] [--criteo-rows 1000000]
   python tools/bench.py planner [--data movielens synthetic]
   python tools/bench.py packing
@@ -748,7 +749,20 @@ def run_redis(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
-RUNNERS = {"training_memory": run_training_memory, "redis": run_redis, "serving": run_serving, "data": run_data, "quantized": run_quantized, "shared": run_shared, "monitor": run_monitor, "cache": run_cache,
+def run_sharded(args: argparse.Namespace, out: Path) -> int:
+    """Sharded tables: 1 process vs 2 ranks (speed, RSS per rank, bytes exchanged against the formula), vs
+    collective and parameter servers, a table over one process's memory cap, bytes on paper at 8-512 ranks."""
+    from tools import bench_sharded
+
+    result = bench_sharded.sharded_benchmark(args.fields, args.rows, args.dim, args.samples, args.batch,
+                                             Path(args.criteo) if args.criteo else None)
+    result["settings"] = {"threads": args.threads, "malloc": MALLOC, "processor": processor_name()}
+    (out / "sharded.json").write_text(json.dumps(result, indent=2))
+    print(write_report(out / "sharded.md", bench_sharded.markdown(result), args.threads))
+    return 0
+
+
+RUNNERS = {"sharded": run_sharded, "training_memory": run_training_memory, "redis": run_redis, "serving": run_serving, "data": run_data, "quantized": run_quantized, "shared": run_shared, "monitor": run_monitor, "cache": run_cache,
            "text": run_text, "lookups": run_lookups, "to_static": run_to_static, "ps": run_ps, "versions": run_versions,
            "planner": run_planner, "packing": run_packing, "collection": run_collection}
 
@@ -826,6 +840,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the generated data is kept between runs")
     memory.add_argument("--threads", type=int, default=2)
     memory.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
+    sharded = sub.add_parser("sharded", help="row-sharded tables: 1 process vs 2 ranks, collective, PS, a memory cap")
+    sharded.add_argument("--fields", type=int, default=4)
+    sharded.add_argument("--rows", type=int, default=500_000, help="rows of each field's table")
+    sharded.add_argument("--dim", type=int, default=64)
+    sharded.add_argument("--samples", type=int, default=400_000)
+    sharded.add_argument("--batch", type=int, default=4096, help="global batch")
+    sharded.add_argument("--criteo", default=None, help="Criteo-format files for the AUC parity part (default: "
+                                                         "300,000 rows of criteo-synthetic made for it)")
+    sharded.add_argument("--threads", type=int, default=1, help="per rank (2 ranks share the 2 cores)")
+    sharded.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     redis = sub.add_parser("redis", help="tables in Redis: export rows/s, bytes per row, lookup latency, the service")
     redis.add_argument("--rows", type=int, default=1_000_000)
     redis.add_argument("--dim", type=int, default=64)

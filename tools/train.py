@@ -33,11 +33,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"test logloss {results['test_logloss']:.4f}")
         for key in sorted(k for k in results if k.startswith("test_") and k.endswith("_rmse")):
             print(f"test {key[len('test_'):-len('_rmse')]} rmse {results[key]:.4f}")
-        if config["distributed"]["mode"] == "collective":
+        if config["distributed"]["mode"] in ("collective", "sharded"):
             from paddle_edo.distributed.processes import FINISHED
 
+            write_rank_results(Path(config["train"]["output_dir"]), engine.rank, results)
             print(f"{FINISHED} trainer {engine.rank}", flush=True)
         return learned_nothing(results)
+
+
+def write_rank_results(output_dir: Path, rank: int, results: dict) -> None:
+    """results.rank<r>.json: this rank's results, its speed, its peak resident memory (ru_maxrss) and its
+    peak address space (VmPeak, what RLIMIT_AS bounds)."""
+    import json
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with open("/proc/self/status") as status:
+        virtual = next((int(line.split()[1]) * 1024 for line in status if line.startswith("VmPeak")), None)
+    (output_dir / f"results.rank{rank}.json").write_text(
+        json.dumps({**results, "peak_rss_bytes": peak, "peak_virtual_bytes": virtual}, indent=2))
 
 
 def planned_config(config: dict) -> dict:

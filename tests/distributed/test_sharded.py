@@ -64,9 +64,11 @@ def jobs(tmp_path_factory):
         run(root, task, 1)
     two = launch(2, root, [*CASES, "dense-adam,epochs=2,resume=dense-adam/world1,out=resumed-1to2",
                            "dense-adam,epochs=2,out=two-epochs",
-                           "dense-adam,epochs=2,resume=dense-adam/world2,out=resumed-2to2"], root / "log2")
+                           "dense-adam,epochs=2,resume=dense-adam/world2,out=resumed-2to2",
+                           "dense-adam,exchange=all_gather,out=gathered"], root / "log2")
     assert two.returncode == 0, logs_of(root / "log2")
-    three = launch(3, root, [*CASES, "dense-adam,epochs=2,resume=dense-adam/world2,out=resumed-2to3"], root / "log3")
+    three = launch(3, root, [*CASES, "dense-adam,epochs=2,resume=dense-adam/world2,out=resumed-2to3",
+                             "dense-adam,exchange=all_gather,out=gathered"], root / "log3")
     assert three.returncode == 0, logs_of(root / "log3")
     return root
 
@@ -94,6 +96,16 @@ def test_a_checkpoint_resumes_with_the_same_and_with_another_number_of_ranks(job
         right = paddle.load(str(jobs / "resumed-2to2" / "world2" / "checkpoints" / b))["model"]
         for key in left:
             assert np.array_equal(left[key].numpy(), right[key].numpy()), key
+
+
+def test_the_gathered_exchange_trains_what_the_pairwise_one_does_bit_for_bit(jobs):
+    for world in (2, 3):
+        pairwise, gathered = (read_manifest(jobs / run_ / f"world{world}" / MANIFEST) for run_ in ("dense-adam", "gathered"))
+        for a, b in zip(pairwise["files"], gathered["files"]):
+            left = paddle.load(str(jobs / "dense-adam" / f"world{world}" / "checkpoints" / a))["model"]
+            right = paddle.load(str(jobs / "gathered" / f"world{world}" / "checkpoints" / b))["model"]
+            for key in left:
+                assert np.array_equal(left[key].numpy(), right[key].numpy()), key
 
 
 def test_each_rank_holds_its_share_of_every_table(jobs):
@@ -147,7 +159,7 @@ def one_process_state_of_movielens(manifest, tmp_path) -> dict:
     return {"global_step": engine.global_step}
 
 
-def test_movielens_auc_with_two_ranks_matches_one_process(tmp_path):
+def test_movielens_auc_with_two_ranks_matches_one_process_and_the_tools_read_its_checkpoint(tmp_path):
     config = ROOT / "configs" / "sharded_movielens.yaml"
     result = subprocess.run([sys.executable, str(ROOT / "tools" / "launch.py"), "-c", str(config), "-o",
                              f"train.output_dir={tmp_path / 'two'}", "--nproc_per_node", "2"], cwd=ROOT,
@@ -158,6 +170,21 @@ def test_movielens_auc_with_two_ranks_matches_one_process(tmp_path):
     assert aucs[0] == aucs[1]  # every rank scored the whole test split
     single = Engine(load_config(config, [f"train.output_dir={tmp_path / 'one'}"])).fit()
     assert abs(aucs[0] - single["test_auc"]) <= 0.002
+    # the tools read the ranks' checkpoint as one process: the same score, whole tables
+    tool = [sys.executable, "-c", str(config), "-o", f"train.output_dir={tmp_path / 'two'}"]
+    scored = subprocess.run([tool[0], str(ROOT / "tools" / "eval.py"), *tool[1:]], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, env=ENV)
+    assert scored.returncode == 0, scored.stderr[-2000:]
+    assert float(re.search(r"^test auc (\S+)", scored.stdout, re.M).group(1)) == pytest.approx(aucs[0], abs=1e-4)
+    exported = subprocess.run([tool[0], str(ROOT / "tools" / "export_tables.py"), *tool[1:], "--out",
+                               str(tmp_path / "tables")], cwd=ROOT, capture_output=True, text=True, timeout=300, env=ENV)
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    manifest = read_manifest(tmp_path / "two" / MANIFEST)
+    rank_files = [paddle.load(str(tmp_path / "two" / "checkpoints" / f))["model"] for f in manifest["files"]]
+    table = np.load(tmp_path / "tables" / "embeddings.item_id.npy")
+    assert table.shape[0] == manifest["tables"]["embeddings.item_id"]
+    for rank, state in enumerate(rank_files):
+        np.testing.assert_array_equal(table[rank::2], state["embeddings.item_id.weight"].numpy())
 
 
 # ------------------------------------------------------------------ one process, no launcher

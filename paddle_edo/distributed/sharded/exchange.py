@@ -125,9 +125,8 @@ class GatheredExchange(Exchange):
         dist.all_gather(all_sizes, sizes)
         table = paddle.stack(all_sizes).numpy()            # [source, destination]
         longest = int(table.sum(axis=1).max())
-        joined = paddle.concat([p.reshape([-1]) for p in parts]) if parts else None
-        padded = paddle.concat([joined, paddle.zeros([longest - int(joined.size)], dtype=joined.dtype)]) \
-            if int(joined.size) < longest else joined
+        joined = _joined(parts)
+        padded = _joined([joined, paddle.zeros([longest - int(joined.size)], dtype=joined.dtype)])
         gathered: list[paddle.Tensor] = []
         dist.all_gather(gathered, padded)
         received = []
@@ -143,10 +142,19 @@ class AllToAllExchange(Exchange):
     name = "all_to_all"
 
     def _exchange(self, parts, receive_sizes):
-        joined = paddle.concat(parts)
+        joined = _joined(parts)
         out = paddle.empty([sum(receive_sizes)], dtype=joined.dtype)
         dist.alltoall_single(out, joined, [int(p.size) for p in parts], receive_sizes)
-        return list(paddle.split(out, receive_sizes)) if self.world_size > 1 else [out]
+        bounds = [0, *itertools.accumulate(receive_sizes)]
+        return [out[bounds[i]:bounds[i + 1]] for i in range(self.world_size)]
+
+
+def _joined(parts: Sequence[paddle.Tensor]) -> paddle.Tensor:
+    """1-D parts end to end, empty ones included (Paddle's concat refuses to join only empty tensors)."""
+    kept = [p.reshape([-1]) for p in parts if int(p.size)]
+    if not kept:
+        return paddle.zeros([0], dtype=parts[0].dtype)
+    return kept[0] if len(kept) == 1 else paddle.concat(kept)
 
 
 def choose_exchange(kind: str, rank: int, world_size: int, device: str) -> Exchange:

@@ -1,0 +1,272 @@
+"""Sharded-tables benchmark for tools/bench.py: one process against 2 ranks holding half the rows each, the
+same job data-parallel with replicated tables (collective) and, where Paddle has them, parameter servers;
+the bytes a rank exchanges per step against the formula from the batch's ids; a table larger than one
+process's memory limit trained by 2 ranks; and, on paper, the bytes per step for a 10^9-row table."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "sharded_criteo.yaml"
+ENV = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": str(ROOT)}
+
+
+def table_overrides(fields: int, rows: int, dim: int, samples: int, batch: int) -> list[str]:
+    """Criteo-format synthetic data (Zipf ids, a planted rule): ``fields`` tables of ``rows`` x ``dim``."""
+    return ["data.name=synthetic", f"data.synthetic.num_fields={fields}", f"data.synthetic.rows_per_field={rows}",
+            f"data.synthetic.num_samples={samples}", f"embedding.dim={dim}", f"train.batch_size={batch}",
+            "train.epochs=1", "distributed.shard_min_rows=4096", "train.log_every_steps=1000000"]
+
+
+def run_job(name: str, out: Path, overrides: list[str], processes: int, mode: str, limit_bytes: int | None = None,
+            timeout: int = 3600) -> dict:
+    """Train the config in ``mode`` with ``processes`` ranks (1: tools/train.py alone); each rank's results."""
+    out.mkdir(parents=True, exist_ok=True)
+    settings = [*overrides, f"distributed.mode={mode}", f"train.output_dir={out}"]
+    if mode == "collective":
+        settings.append("embedding.sparse=false")
+    if processes == 1 and mode != "ps":
+        command = [sys.executable, str(ROOT / "tools" / "train.py"), "-c", str(CONFIG)]
+    else:
+        command = [sys.executable, str(ROOT / "tools" / "launch.py"), "-c", str(CONFIG),
+                   *(["--server_num", "1", "--trainer_num", str(processes)] if mode == "ps"
+                     else ["--nproc_per_node", str(processes)])]
+    command += [x for o in settings for x in ("-o", o)]
+
+    def capped() -> None:
+        if limit_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=ENV,
+                          preexec_fn=capped)
+    found = {"name": name, "mode": mode, "processes": processes, "ok": done.returncode == 0,
+             "wall_seconds": time.perf_counter() - start}
+    if done.returncode != 0:
+        lines = [l for l in (done.stderr + done.stdout).splitlines() if l.strip()]
+        found["error"] = lines[-1][:300] if lines else f"exit {done.returncode}"
+        return found
+    if mode == "ps":
+        ranks = [json.loads((out / f"results.trainer{r}.json").read_text()) for r in range(processes)]
+    else:
+        ranks = [json.loads((out / f"results.rank{r}.json").read_text()) for r in range(processes)]
+    found["examples_per_second"] = sum(r["examples_per_second"] for r in ranks)
+    found["peak_rss_bytes"] = [r.get("peak_rss_bytes") for r in ranks]
+    found["peak_virtual_bytes"] = [r.get("peak_virtual_bytes") for r in ranks]
+    found["test_auc"] = ranks[0].get("test_auc")
+    if mode == "ps" and (out / "results.json").is_file():  # the PS job scores the test split once, in trainer 0
+        found["test_auc"] = json.loads((out / "results.json").read_text()).get("test_auc")
+    for key in ("exchange_bytes_per_step", "allreduce_bytes_per_step"):
+        if key in ranks[0]:
+            found[key] = [r[key] for r in ranks]
+    return found
+
+
+def formula_bytes(overrides: list[str], world: int) -> dict:
+    """Bytes each rank sends per step by the exchange's formula, from the job's own batches: per table and
+    rank, the distinct ids d of its slice (padding dropped), of which d_remote live elsewhere, and a_in, those
+    other ranks ask of it: 8 d_remote (ids) + 4 D (a_in + d_remote) (rows out, gradients back) + 8 T (N - 1)
+    (the counts), for each collection (the tables of width D and the first-order ones, width 1)."""
+    sys.path.insert(0, str(ROOT))
+    from paddle_edo import load_config
+    from paddle_edo.data import CTRBatches, load_dataset
+    from paddle_edo.distributed.sharded.batches import RankSlices
+
+    config = load_config(CONFIG, [*overrides, "distributed.mode=sharded"])
+    splits = load_dataset(config["data"])
+    dims = [config["embedding"]["dim"]] + ([1] if config["model"]["first_order"] else [])
+    fields = [f.name for f in splits.fields]
+    per_rank = np.zeros(world)
+    steps = 0
+    slices = [RankSlices(CTRBatches(splits.train, config["train"]["batch_size"], shuffle=True,
+                                    seed=config["train"]["seed"]), r, world) for r in range(world)]
+    for parts in zip(*slices):
+        steps += 1
+        for field in fields:
+            distinct = [np.unique(part[field][part[field] != 0]) for part in parts]
+            for r in range(world):
+                remote = int((distinct[r] % world != r).sum())
+                asked = sum(int((distinct[s] % world == r).sum()) for s in range(world) if s != r)
+                per_rank[r] += sum(8 * remote + 4 * dim * (asked + remote) for dim in dims)
+        per_rank += 8 * len(fields) * (world - 1) * len(dims)
+    return {"bytes_per_step": (per_rank / max(steps, 1)).tolist(), "steps": steps}
+
+
+EXCHANGE_SIZES = (16, 1024, 16_384, 262_144, 1_048_576)  # float32 values each rank sends each peer
+
+
+def exchange_times(world: int = 2, repeats: int = 50) -> list[dict]:
+    """Median time of one exchange of each size, pairwise send/recv against all_gather, ``world`` ranks
+    launched on this machine (this file's ``--probe``)."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "times.json"
+        subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(world),
+                        "--log_dir", str(Path(folder) / "log"), __file__, "--probe", str(out), str(repeats)],
+                       cwd=ROOT, env=ENV, check=True, capture_output=True, timeout=900)
+        return json.loads(out.read_text())
+
+
+def _probe(out: Path, repeats: int) -> None:
+    import paddle
+    import paddle.distributed as dist
+
+    from paddle_edo.distributed.sharded.exchange import GatheredExchange, PairwiseExchange
+
+    dist.init_parallel_env()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    kinds = {"pairwise": PairwiseExchange(rank, world), "all_gather": GatheredExchange(rank, world)}
+    found = []
+    for size in EXCHANGE_SIZES:
+        parts = [paddle.full([size], float(rank), dtype="float32") for _ in range(world)]
+        row = {"values_per_peer": size, "bytes_per_peer": 4 * size}
+        for name, exchange in kinds.items():
+            times = []
+            for _ in range(repeats):
+                dist.barrier()
+                start = time.perf_counter()
+                received = exchange.exchange(parts, [size] * world)
+                times.append(time.perf_counter() - start)
+            assert all(float(r[0]) == s for s, r in enumerate(received))
+            row[f"{name}_us"] = float(np.median(times)) * 1e6
+        found.append(row)
+    if rank == 0:
+        out.write_text(json.dumps(found, indent=2))
+
+
+def criteo_parity(path: Path | None, rows: int = 300_000) -> dict:
+    """Test AUC of ``configs/sharded_criteo.yaml`` (Criteo-format files, 26 categorical fields) in one
+    process and with 2 ranks, on ``path`` or on ``rows`` rows of criteo-synthetic made here."""
+    with tempfile.TemporaryDirectory() as folder:
+        if path is None:
+            path = Path(folder) / "criteo"
+            subprocess.run([sys.executable, str(ROOT / "tools" / "get_data.py"), "criteo-synthetic", "--rows",
+                            str(rows), "--out", str(path)], cwd=ROOT, env=ENV, check=True, capture_output=True)
+        overrides = [f"data.files.path={path}", "train.log_every_steps=1000000"]
+        one = run_job("one process", Path(folder) / "one", overrides, 1, "sharded")
+        two = run_job("sharded, 2 ranks", Path(folder) / "two", overrides, 2, "sharded")
+    return {"data": str(path), "one": one, "two": two,
+            "auc_difference": (two["test_auc"] - one["test_auc"]) if one["ok"] and two["ok"] else None}
+
+
+def on_paper(rows: float = 1e9, dim: int = 64, batch: int = 4096, fields: int = 26,
+             distinct_share: float = 0.5) -> list[dict]:
+    """Bytes per step and rank for a ``rows``-row table (all fields' rows), at ``batch`` examples per rank
+    and ``distinct_share`` of a rank's ids distinct: the sharded exchange (ids, rows, gradients) against a
+    data-parallel all-reduce of the table (2 (N-1)/N of it, ring) and a parameter-server pull and push of
+    each distinct row (dim floats down, dim + 3 up)."""
+    table = rows * dim * 4
+    table_and_adam = 3 * table
+    distinct = batch * fields * distinct_share
+    found = []
+    for world in (8, 64, 512):
+        remote = distinct * (world - 1) / world
+        sharded = 8 * remote + 2 * 4 * dim * remote + 8 * fields * (world - 1)
+        found.append({"ranks": world, "sharded_exchange": sharded, "allreduce_table": 2 * (world - 1) / world * table,
+                      "ps_pull_push": distinct * (dim + dim + 3) * 4,
+                      "table_and_adam_per_rank_sharded": table_and_adam / world,
+                      "table_and_adam_per_rank_replicated": table_and_adam})
+    return found
+
+
+def sharded_benchmark(fields: int = 4, rows: int = 500_000, dim: int = 64, samples: int = 400_000, batch: int = 4096,
+                      criteo: Path | None = None, work: Path | None = None) -> dict:
+    from paddle_edo.compat import has_parameter_servers
+
+    if work is None:
+        with tempfile.TemporaryDirectory(prefix="bench_sharded") as folder:
+            return sharded_benchmark(fields, rows, dim, samples, batch, criteo, Path(folder))
+    overrides = table_overrides(fields, rows, dim, samples, batch)
+    runs = [run_job("one process", work / "one", overrides, 1, "sharded"),
+            run_job("sharded, 2 ranks", work / "sharded2", overrides, 2, "sharded")]
+    small = table_overrides(fields, rows, dim, max(samples // 20, batch * 4), batch)  # ~1 s a step
+    runs.append(run_job("collective, 2 ranks (replicated, dense all-reduce)", work / "collective2", small, 2,
+                        "collective"))
+    if has_parameter_servers():
+        runs.append(run_job("parameter servers, 1 server + 2 trainers", work / "ps2",
+                            [*overrides, "model.first_order=false"], 2, "ps"))
+    table_bytes = fields * rows * dim * 4
+    cap = memory_cap(runs[0], runs[1])
+    capped = []
+    if cap is not None:
+        capped = [run_job("one process, capped", work / "capped1", overrides, 1, "sharded", cap),
+                  run_job("sharded, 2 ranks, capped", work / "capped2", overrides, 2, "sharded", cap)]
+    return {"tables": {"fields": fields, "rows_per_table": rows, "dim": dim, "samples": samples, "batch": batch,
+                       "fp32_bytes": table_bytes},
+            "runs": runs, "formula": formula_bytes(overrides, 2), "memory_cap_bytes": cap, "capped": capped,
+            "exchange_times": exchange_times(), "criteo_parity": criteo_parity(criteo), "on_paper": on_paper()}
+
+
+def memory_cap(one: dict, ranks: dict) -> int | None:
+    """An address-space limit (RLIMIT_AS, per process, inherited by the launcher's ranks) halfway between the
+    peak address space one process reached and the largest a rank of the 2-rank job reached: one process
+    cannot train under it, each rank can (None when one process needed no more than a rank)."""
+    if not (one.get("ok") and ranks.get("ok")):
+        return None
+    alone, shared = one["peak_virtual_bytes"][0], max(ranks["peak_virtual_bytes"])
+    return (alone + shared) // 2 if alone > shared else None
+
+
+def markdown(result: dict) -> str:
+    t = result["tables"]
+    lines = [f"Tables: {t['fields']} x {t['rows_per_table']:,} rows x {t['dim']} (fp32 {t['fp32_bytes'] / 2**30:.2f} GiB, "
+             f"Adam state twice that), {t['samples']:,} synthetic Criteo-format examples, batch {t['batch']} "
+             f"(global), 1 epoch.", "",
+             "| run | examples/s | vs one process | peak RSS per rank | exchanged / rank / step | all-reduced / rank / step | test AUC |",
+             "|---|---|---|---|---|---|---|"]
+    base = result["runs"][0].get("examples_per_second")
+    for run in result["runs"]:
+        if not run["ok"]:
+            lines.append(f"| {run['name']} | failed: {run['error']} | | | | | |")
+            continue
+        rss = ", ".join(f"{b / 2**30:.2f} GiB" for b in run["peak_rss_bytes"] if b)
+        exchanged = ", ".join(f"{b / 2**20:.2f} MiB" for b in run.get("exchange_bytes_per_step", []))
+        reduced = ", ".join(f"{b / 2**20:.2f} MiB" for b in run.get("allreduce_bytes_per_step", []))
+        auc = f"{run['test_auc']:.4f}" if run["test_auc"] is not None else "n/a"
+        lines.append(f"| {run['name']} | {run['examples_per_second']:,.0f} | {run['examples_per_second'] / base:.2f}x | "
+                     f"{rss or 'n/a'} | {exchanged or '-'} | {reduced or '-'} | {auc} |")
+    sharded = next(r for r in result["runs"] if r["name"].startswith("sharded"))
+    if sharded["ok"]:
+        formula = result["formula"]["bytes_per_step"]
+        ratios = [m / f for m, f in zip(sharded["exchange_bytes_per_step"], formula)]
+        lines += ["", "Exchanged bytes per step, measured by the exchange against the formula from the batches' ids: " +
+                  ", ".join(f"rank {r}: {m / 2**20:.3f} MiB vs {f / 2**20:.3f} MiB ({q:.3f}x)"
+                            for r, (m, f, q) in enumerate(zip(sharded["exchange_bytes_per_step"], formula, ratios)))]
+    if result["memory_cap_bytes"]:
+        lines += ["", f"Memory cap (RLIMIT_AS) {result['memory_cap_bytes'] / 2**30:.2f} GiB per process:"]
+        for run in result["capped"]:
+            lines.append(f"- {run['name']}: " + ("trained, " + f"{run['examples_per_second']:,.0f} examples/s, test AUC "
+                                                 f"{run['test_auc']:.4f}" if run["ok"] else f"refused ({run['error']})"))
+    lines += ["", "One exchange, 2 ranks, median of 50 (the time of the slower rank is what a step waits for):", "",
+              "| float32 values to each peer | pairwise send/recv | all_gather |", "|---|---|---|"]
+    for row in result["exchange_times"]:
+        lines.append(f"| {row['values_per_peer']:,} ({row['bytes_per_peer'] / 1024:,.0f} KiB) | {row['pairwise_us']:,.0f} us | "
+                     f"{row['all_gather_us']:,.0f} us |")
+    parity = result["criteo_parity"]
+    if parity["auc_difference"] is not None:
+        lines += ["", f"Criteo-format data ({parity['data']}, configs/sharded_criteo.yaml, 26 categorical fields): test AUC "
+                  f"{parity['one']['test_auc']:.4f} in one process, {parity['two']['test_auc']:.4f} with 2 ranks "
+                  f"(difference {parity['auc_difference']:+.4f}); {parity['one']['examples_per_second']:,.0f} against "
+                  f"{parity['two']['examples_per_second']:,.0f} examples/s."]
+    lines += ["", "On paper, a 10^9-row x 64 table (26 fields, 4096 examples per rank, half of a rank's ids distinct), "
+              "bytes per rank per step:", "",
+              "| ranks | sharded exchange | all-reduce of the table | PS pull + push | table + Adam per rank, sharded | replicated |",
+              "|---|---|---|---|---|---|"]
+    for row in result["on_paper"]:
+        lines.append(f"| {row['ranks']} | {row['sharded_exchange'] / 2**20:.1f} MiB | {row['allreduce_table'] / 2**30:.0f} GiB | "
+                     f"{row['ps_pull_push'] / 2**20:.1f} MiB | {row['table_and_adam_per_rank_sharded'] / 2**30:.1f} GiB | "
+                     f"{row['table_and_adam_per_rank_replicated'] / 2**30:.0f} GiB |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # a rank of exchange_times' launch
+    if len(sys.argv) == 4 and sys.argv[1] == "--probe":
+        sys.path.insert(0, str(ROOT))
+        _probe(Path(sys.argv[2]), int(sys.argv[3]))
