@@ -132,8 +132,9 @@ class Engine:
         self.history: list[dict[str, float]] = []
 
     def _table_shares(self) -> contextlib.AbstractContextManager:
-        """Where tables are built: as this rank's shares of their rows in a sharded job of several ranks."""
-        if not (self.sharded and self.world_size > 1):
+        """How tables are built in a sharded job: as this rank's shares of their rows (in one process, shares
+        of every row), the small ones whole with dense gradients, as every number of ranks builds them."""
+        if not self.sharded:
             return contextlib.nullcontext()
         return row_shares(self.rank, self.world_size, self.config["distributed"]["shard_min_rows"])
 

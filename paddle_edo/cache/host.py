@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import EdoValueError
-from ..quant.noise import keyed_normal
+from ..keyed_random import keyed_normal
 
 
 HOST_KINDS = ("memory", "mmap")

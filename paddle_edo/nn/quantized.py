@@ -10,9 +10,9 @@ import paddle.nn.functional as F
 from ..compat import sparse_gradient
 from ..errors import EdoRuntimeError, EdoValueError
 from ..kernels import fused_ops, ids_checked_by_kernel, kernels_serve
+from ..keyed_random import keyed_normal, rounding_noise
 from ..quant import codecs
 from ..quant.formats import FORMATS, QuantFormat, get_format
-from ..quant.noise import keyed_normal, rounding_noise
 from ..runtime import release_freed_memory
 from ..schema import ConfigError, Option
 from .base import EmbeddingBase, int64_ids, table_settings

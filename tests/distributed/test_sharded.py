@@ -213,6 +213,16 @@ def test_a_sharded_collection_looks_up_and_pools_as_a_collection_does(mode):
     assert sharded["a"].weight.grad is not None
 
 
+def test_empty_slices_and_padding_only_batches_give_zeros():
+    plain, sharded = sharded_pair({"a": "none", "b": "mean"})
+    with paddle.no_grad():
+        empty = sharded([paddle.zeros([0], dtype="int64"), paddle.zeros([0, 3], dtype="int64")])
+    assert empty.shape == [0, 7]
+    padding = sharded([paddle.to_tensor([0, 0]), paddle.to_tensor([[0, 0, 0], [0, 0, 0]])])
+    np.testing.assert_array_equal(padding.numpy(), np.zeros([2, 7], dtype=np.float32))
+    padding.sum().backward()  # the exchange's backward runs, and moves nothing
+
+
 def test_ids_out_of_range_are_refused_before_any_exchange_naming_the_table_and_id():
     _, sharded = sharded_pair({"a": "none", "b": "none"})
     with pytest.raises(EdoIndexError, match=r"table 'a': id 30 is out of range \[0, 30\)"):

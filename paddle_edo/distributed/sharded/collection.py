@@ -33,8 +33,9 @@ from .exchange import Exchange
 class ShardedCollection(EmbeddingCollection):
     """The tables of ``collection`` (the same layers, names and pooling), its sharded ones (those with a
     ``row_share``) looked up across the ranks through ``exchange``. ``forward`` takes and gives what
-    ``EmbeddingCollection.forward`` does; bags come as padded ids ``[batch, L]`` (offsets are refused), and
-    every rank must call it the same number of times, as a collective."""
+    ``EmbeddingCollection.forward`` does; bags come as padded ids ``[batch, L]`` (offsets are refused). Every
+    rank must call it the same number of times, as a collective, and in training mode with gradients on run
+    the backward pass of what it returned (which sends the row gradients to their owners)."""
 
     def __init__(self, tables: Mapping[str, EmbeddingBase], pooling: Mapping[str, str], exchange: Exchange, *,
                  name: str | None = None) -> None:
@@ -103,8 +104,7 @@ class ShardedCollection(EmbeddingCollection):
         requested = plan.request()  # ids each rank asks of this one, by table
         owned = [self[key](paddle.to_tensor(local)) if local.size else
                  paddle.zeros([0, self[key].embedding_dim], dtype="float32") for key, local in zip(keys, requested)]
-        trains = paddle.is_grad_enabled() and any(not rows.stop_gradient for rows in owned)
-        if trains:
+        if paddle.is_grad_enabled() and self.training:  # the same on every rank: all or none send gradients back
             anchor = paddle.zeros([1], dtype="float32")
             anchor.stop_gradient = False
             trained = [rows for rows in owned if not rows.stop_gradient]
@@ -214,11 +214,15 @@ class _ExchangePlan:
         for t, key in enumerate(self.keys):
             dim, shape = self.dims[t], self.shapes[t]
             rows = paddle.concat([parts[t].reshape([-1, dim]), paddle.zeros([1, dim], dtype="float32")])
-            vectors = paddle.gather(rows, paddle.to_tensor(self.inverse[t])) + tail     # [n, dim]
             batch = shape[0] if shape else 1
             mode = self.collection.pooling[key]
+            if self.inverse[t].size == 0:  # an empty slice (evaluation's last batch; training slices never are)
+                width = dim if mode != "none" else dim * int(np.prod(shape[1:]))
+                out[key] = paddle.zeros([batch, width], dtype="float32")
+                continue
+            vectors = paddle.gather(rows, paddle.to_tensor(self.inverse[t])) + tail     # [n, dim]
             if mode == "none":
-                out[key] = vectors.reshape([batch, -1 if len(shape) > 1 else dim])
+                out[key] = vectors.reshape([batch, dim * int(np.prod(shape[1:]))])
                 continue
             length = shape[1]
             summed = vectors.reshape([batch, length, dim]).sum(axis=1)

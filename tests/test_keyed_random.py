@@ -1,0 +1,34 @@
+"""Random values keyed by (seed, row, column): the same for a row wherever it is drawn, and distributed as
+they should be."""
+import numpy as np
+import paddle
+
+from paddle_edo.keyed_random import keyed_normal, keyed_uniform, rounding_noise
+
+
+def test_a_row_draws_the_same_values_alone_or_among_others():
+    rows = np.arange(1000)
+    np.testing.assert_array_equal(keyed_uniform(7, rows[[5, 999, 3]], 16), keyed_uniform(7, rows, 16)[[5, 999, 3]])
+    np.testing.assert_array_equal(keyed_normal(7, rows[1::3], 8, 0.1), keyed_normal(7, rows, 8, 0.1)[1::3])
+    assert not np.array_equal(keyed_uniform(7, rows, 16), keyed_uniform(8, rows, 16))
+
+
+def test_the_draws_are_uniform_and_normal():
+    uniform = keyed_uniform(3, np.arange(50_000), 16)
+    assert uniform.dtype == np.float32 and uniform.min() >= 0 and uniform.max() < 1
+    counts = np.histogram(uniform, bins=16, range=(0, 1))[0]
+    assert np.abs(counts / uniform.size - 1 / 16).max() < 0.002
+    normal = keyed_normal(3, np.arange(50_000), 16, 0.5)
+    assert abs(normal.mean()) < 0.005 and abs(normal.std() - 0.5) < 0.005
+    assert abs(np.mean(np.abs(normal) < 0.5) - 0.6827) < 0.005  # one standard deviation
+
+
+def test_rounding_noise_follows_paddle_seed_and_the_global_rows():
+    paddle.seed(1)
+    first = rounding_noise(paddle.to_tensor([4, 9]), 3).numpy()
+    paddle.seed(1)
+    again = rounding_noise(paddle.to_tensor([9]), 3).numpy()
+    np.testing.assert_array_equal(again[0], first[1])
+    paddle.seed(1)  # local rows 2 and 4 of rank 1 of 2 are global rows 5 and 9
+    shared = rounding_noise(paddle.to_tensor([2, 4]), 3, lambda rows: rows * 2 + 1).numpy()
+    np.testing.assert_array_equal(shared[1], first[1])
