@@ -848,7 +848,7 @@ def main(argv: list[str] | None = None) -> int:
     sharded.add_argument("--batch", type=int, default=4096, help="global batch")
     sharded.add_argument("--criteo", default=None, help="Criteo-format files for the AUC parity part (default: "
                                                          "300,000 rows of criteo-synthetic made for it)")
-    sharded.add_argument("--threads", type=int, default=1, help="per rank (2 ranks share the 2 cores)")
+    sharded.add_argument("--threads", type=int, default=2, help="of the machine: one process takes 2, each of 2 ranks 1")
     sharded.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     redis = sub.add_parser("redis", help="tables in Redis: export rows/s, bytes per row, lookup latency, the service")
     redis.add_argument("--rows", type=int, default=1_000_000)

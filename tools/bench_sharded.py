@@ -31,7 +31,9 @@ def run_job(name: str, out: Path, overrides: list[str], processes: int, mode: st
             timeout: int = 3600) -> dict:
     """Train the config in ``mode`` with ``processes`` ranks (1: tools/train.py alone); each rank's results."""
     out.mkdir(parents=True, exist_ok=True)
-    settings = [*overrides, f"distributed.mode={mode}", f"train.output_dir={out}"]
+    # the machine's cores: 2 math threads for one process, 1 for each of 2 ranks
+    settings = [*overrides, f"distributed.mode={mode}", f"train.output_dir={out}",
+                f"train.num_threads={2 if processes == 1 else 1}"]
     if mode == "collective":
         settings.append("embedding.sparse=false")
     if processes == 1 and mode != "ps":

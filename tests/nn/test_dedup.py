@@ -101,6 +101,11 @@ def test_deduplicated_training_equals_training_on_every_lookup(name, optimizer):
     relative after six steps of a QR table's products, seen)."""
     deduplicated, every_lookup = train(name, True, optimizer), train(name, False, optimizer)
     assert not np.array_equal(deduplicated[0], train(name, True, optimizer, steps=0)[0])  # it trained
+    if name in ("dense", "cached", "int8 qat", "int4 ptq"):
+        # the padding row: Paddle's sparse embedding gradient ignores padding_idx (Paddle 3 trains the row
+        # when every id is looked up); the deduplicated lookup keeps it zero
+        assert not deduplicated[0][0].any()
+        deduplicated, every_lookup = [deduplicated[0][1:]], [every_lookup[0][1:]]
     for got, expected in zip(deduplicated, every_lookup):
         if optimizer == "adam" and name != "hash":
             np.testing.assert_array_equal(got, expected)
