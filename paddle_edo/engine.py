@@ -56,8 +56,7 @@ class Engine:
         train = config["train"]
         self.output_dir = Path(train["output_dir"])
         self.rank, self.world_size = _parallel_env(config)  # collective and sharded modes: one process per rank
-        mode = config["distributed"]["mode"]
-        self.sharded = mode == "sharded"
+        self.sharded = config["distributed"]["mode"] == "sharded"
         monitors = monitors_from_config(config) if self.rank == 0 else []
         self.callbacks = list(callbacks) + monitors  # an unwritable logdir fails here
         self.device = runtime.select_device(train["device"])
@@ -182,8 +181,8 @@ class Engine:
                 "config": checkpoint_sections(self.config)}
 
     def save(self, path: str | Path | None = None) -> Path:
-        """Write a checkpoint (in collective mode rank 0 writes it; the ranks hold the same parameters);
-        training calls it at epoch ends (and every train.checkpoint_every_steps) unless checkpoints are off."""
+        """Write a checkpoint (in collective mode rank 0 writes it, the ranks holding the same parameters; in
+        a sharded job every rank writes its own, and rank 0 their manifest); training calls it at epoch ends (and every train.checkpoint_every_steps) unless checkpoints are off."""
         path = Path(path or self.checkpoint_path)
         if self.sharded:
             return save_sharded(self.state(), path, self.rank, self.world_size, self.model,

@@ -17,7 +17,7 @@ BLOCKS = [(page.relative_to(ROOT), block) for page in PAGES
           for block in re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)]
 PUBLIC_MODULES = ["paddle_edo", "paddle_edo.nn", "paddle_edo.optim", "paddle_edo.serving", "paddle_edo.quant",
                   "paddle_edo.text", "paddle_edo.data", "paddle_edo.planner", "paddle_edo.cache", "paddle_edo.monitor",
-                  "paddle_edo.models"]
+                  "paddle_edo.models", "paddle_edo.distributed.sharded"]
 
 
 def test_the_readme_is_a_front_page_linking_every_guide():

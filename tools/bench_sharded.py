@@ -53,8 +53,13 @@ def run_job(name: str, out: Path, overrides: list[str], processes: int, mode: st
     found = {"name": name, "mode": mode, "processes": processes, "ok": done.returncode == 0,
              "wall_seconds": time.perf_counter() - start}
     if done.returncode != 0:
-        lines = [l for l in (done.stderr + done.stdout).splitlines() if l.strip()]
-        found["error"] = lines[-1][:300] if lines else f"exit {done.returncode}"
+        lines = [l for l in (done.stdout + done.stderr).splitlines() if l.strip()]
+        errors = [l for l in lines if "Error" in l or l.startswith("error")]
+        logs = sorted((out / "log").glob("workerlog.*")) if (out / "log").is_dir() else []
+        for log in logs:  # a rank's own error, where the launcher only says that one failed
+            errors += [f"{log.name}: {l}" for l in log.read_text(errors="replace").splitlines() if "Error" in l]
+        found["error"] = (errors[-1] if errors else lines[-1] if lines else f"exit {done.returncode}")[:300]
+        found["last_line"] = lines[-1][:300] if lines else ""
         return found
     if mode == "ps":
         ranks = [json.loads((out / f"results.trainer{r}.json").read_text()) for r in range(processes)]
@@ -245,7 +250,8 @@ def markdown(result: dict) -> str:
         lines += ["", f"Memory cap (RLIMIT_AS) {result['memory_cap_bytes'] / 2**30:.2f} GiB per process:"]
         for run in result["capped"]:
             lines.append(f"- {run['name']}: " + ("trained, " + f"{run['examples_per_second']:,.0f} examples/s, test AUC "
-                                                 f"{run['test_auc']:.4f}" if run["ok"] else f"refused ({run['error']})"))
+                                                 f"{run['test_auc']:.4f}" if run["ok"] else
+                                                 f"failed: {run['error']} (its last line: {run['last_line']})"))
     lines += ["", "One exchange, 2 ranks, median of 50 (the time of the slower rank is what a step waits for):", "",
               "| float32 values to each peer | pairwise send/recv | all_gather |", "|---|---|---|"]
     for row in result["exchange_times"]:
