@@ -212,13 +212,14 @@ def sharded_benchmark(fields: int = 4, rows: int = 500_000, dim: int = 64, sampl
 
 
 def memory_cap(one: dict, ranks: dict) -> int | None:
-    """An address-space limit (RLIMIT_AS, per process, inherited by the launcher's ranks) halfway between the
-    peak address space one process reached and the largest a rank of the 2-rank job reached: one process
-    cannot train under it, each rank can (None when one process needed no more than a rank)."""
+    """An address-space limit (RLIMIT_AS, per process, inherited by the launcher's ranks) 15% above the
+    largest peak address space a rank of the 2-rank job reached, below the peak one process reached: each
+    rank can train under it, one process cannot (None when one process needed no more than that)."""
     if not (one.get("ok") and ranks.get("ok")):
         return None
     alone, shared = one["peak_virtual_bytes"][0], max(ranks["peak_virtual_bytes"])
-    return (alone + shared) // 2 if alone > shared else None
+    cap = int(shared * 1.15)
+    return cap if cap < alone else None
 
 
 def markdown(result: dict) -> str:
