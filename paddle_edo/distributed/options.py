@@ -57,9 +57,10 @@ def check_distributed_config(config: dict[str, Any]) -> None:
                           "tables drift apart silently); or use distributed.mode = 'ps'")
     if mode == "sharded":
         check_sharded_config(config)
-    if config["train"]["to_static"] and mode != "none":
-        raise ConfigError(f"train.to_static = true works with distributed.mode = 'none', not {mode!r} (parameter "
-                          f"servers build their own static program; collective ranks train in dynamic graph)")
+    if config["train"]["to_static"] and mode not in ("none", "sharded"):
+        raise ConfigError(f"train.to_static = true works with distributed.mode = 'none' or 'sharded', not {mode!r} "
+                          f"(parameter servers build their own static program; collective ranks train in dynamic "
+                          f"graph)")
 
 
 def check_ps_config(config: dict[str, Any]) -> None:

@@ -4,7 +4,7 @@ sharded checkpoint under <root>/<out>/world<N>:
 
   python -m paddle.distributed.launch --nproc_per_node N tests/distributed/sharded_job.py ROOT TASK ...
 
-A task is ``<case>[,epochs=E][,resume=<folder under ROOT>][,exchange=<kind>][,out=<name>]``; a case is ``<table type>-<optimizer>``.
+A task is ``<case>[,epochs=E][,resume=<folder under ROOT>][,exchange=<kind>][,to_static=true][,out=<name>]``; a case is ``<table type>-<optimizer>``.
 ``EDO_KILL_RANK=<rank>:<step>`` kills that rank (SIGKILL) at that global step, to test a job's failure.
 """
 import os
@@ -53,6 +53,8 @@ def run(root: Path, task: str, world: int) -> None:
     settings = dict(option.split("=", 1) for option in options)
     out = root / settings.get("out", case) / f"world{world}"
     extra = [f"train.epochs={settings.get('epochs', 1)}", "train.checkpoint_every_steps=2"]
+    if settings.get("to_static") == "true":
+        extra.append("train.to_static=true")
     if "exchange" in settings:
         extra.append(f"distributed.exchange={settings['exchange']}")
     if "resume" in settings:

@@ -65,7 +65,8 @@ def jobs(tmp_path_factory):
     two = launch(2, root, [*CASES, "dense-adam,epochs=2,resume=dense-adam/world1,out=resumed-1to2",
                            "dense-adam,epochs=2,out=two-epochs",
                            "dense-adam,epochs=2,resume=dense-adam/world2,out=resumed-2to2",
-                           "dense-adam,exchange=all_gather,out=gathered"], root / "log2")
+                           "dense-adam,exchange=all_gather,out=gathered", "dense-adam,to_static=true,out=static"],
+                 root / "log2")
     assert two.returncode == 0, logs_of(root / "log2")
     three = launch(3, root, [*CASES, "dense-adam,epochs=2,resume=dense-adam/world2,out=resumed-2to3",
                              "dense-adam,exchange=all_gather,out=gathered"], root / "log3")
@@ -82,6 +83,12 @@ def test_two_and_three_ranks_train_the_model_one_process_trains(jobs, case, tmp_
         assert manifest["world_size"] == world and len(manifest["files"]) == world
         assert relative_difference(one_process_state(case, jobs / case / f"world{world}", tmp_path),
                                    reference) <= tolerance
+
+
+def test_ranks_train_under_to_static_as_in_dynamic_graph(jobs, tmp_path):
+    reference = one_process_state("dense-adam", jobs / "dense-adam" / "world1", tmp_path)
+    static = one_process_state("dense-adam", jobs / "static" / "world2", tmp_path)
+    assert relative_difference(static, reference) <= TOLERANCE["adam"]
 
 
 def test_a_checkpoint_resumes_with_the_same_and_with_another_number_of_ranks(jobs, tmp_path):
@@ -272,3 +279,18 @@ def test_sharded_settings_are_checked():
     with pytest.raises(EdoValueError, match="'all_to_all' needs NCCL"):
         choose_exchange("all_to_all", 0, 2, "cpu")
     assert isinstance(choose_exchange("auto", 0, 1, "cpu"), LocalExchange)
+
+
+def test_a_whole_graph_program_is_refused():
+    class Model(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.tables = sharded_pair({"a": "none", "b": "none"})[1]
+
+        def forward(self, a, b):
+            return self.tables([a, b])
+
+    specs = [paddle.static.InputSpec([None], "int64"), paddle.static.InputSpec([None], "int64")]
+    static = paddle.jit.to_static(Model(), input_spec=specs, full_graph=True)
+    with pytest.raises(Exception, match="exchange rows between ranks in dynamic graph"):
+        static(paddle.to_tensor([1, 2]), paddle.to_tensor([1, 2]))

@@ -23,7 +23,7 @@ import numpy as np
 import paddle
 
 from ...compat import dynamic_graph_under_sot
-from ...errors import EdoIndexError, EdoValueError
+from ...errors import EdoIndexError, EdoRuntimeError, EdoValueError
 from ...nn.base import EmbeddingBase
 from ...nn.collection import EmbeddingCollection
 from ...nn.shards import RowShare
@@ -72,7 +72,13 @@ class ShardedCollection(EmbeddingCollection):
     def forward(self, ids: Sequence[paddle.Tensor] | Mapping[str, paddle.Tensor],
                 offsets: Sequence[paddle.Tensor | None] | Mapping[str, paddle.Tensor] | None = None,
                 concat: bool = True) -> paddle.Tensor | list[paddle.Tensor]:
-        """Vectors of every table's ids: ``[batch, width]`` with ``concat``, else one tensor per table."""
+        """Vectors of every table's ids: ``[batch, width]`` with ``concat``, else one tensor per table. Under
+        ``paddle.jit.to_static``'s default mode (SOT) it runs in dynamic graph, a graph break; a whole-graph
+        program is refused (EdoRuntimeError): the exchange moves values a program does not have."""
+        if not paddle.in_dynamic_mode():
+            raise EdoRuntimeError(f"{type(self).__name__} {self.full_name()}: its tables exchange rows between ranks "
+                                  f"in dynamic graph; use paddle.jit.to_static's default mode (SOT), not "
+                                  f"full_graph=True")
         if offsets is not None:
             raise EdoValueError(f"{type(self).__name__}: sharded tables pool padded bags [batch, L]; offsets are not "
                                 f"taken")
