@@ -6,7 +6,8 @@ import numpy as np
 
 
 class LRUPolicy:
-    """Least recently used: a slot's key is the batch it was last used in."""
+    """Least recently used: a slot's key is the batch it was last used in, so the victim is the slot
+    untouched longest (ties to the lowest slot). ``capacity`` slots for ids in [0, ``num_ids``)."""
 
     name = "lru"
 
@@ -44,4 +45,5 @@ class LFUPolicy(LRUPolicy):
         return super().nbytes + self.counts.nbytes
 
 
+#: Eviction policies by the name ``embedding.policy`` takes.
 POLICIES = {p.name: p for p in (LRUPolicy, LFUPolicy)}

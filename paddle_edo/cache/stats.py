@@ -22,7 +22,9 @@ class StepCounts:
 
 @dataclass
 class CacheStatistics:
-    """``total`` since the layer was built; ``last_step`` for the latest finished training step."""
+    """A cached table's counters (``StepCounts``: hits, misses, evictions, rows and bytes moved between
+    host and device): ``total`` since the layer was built, ``last_step`` for the latest finished training
+    step; ``CachedEmbedding.statistics()`` reports them with hit rates."""
 
     total: StepCounts = field(default_factory=StepCounts)
     last_step: StepCounts = field(default_factory=StepCounts)

@@ -98,6 +98,11 @@ class CTRTable:
 
 @dataclass
 class Splits:
+    """The train / valid / test splits of a data set (``CTRTable``\ s, or ``StreamedSplit``\ s of a user's
+    files), ``extra`` subsets evaluated beside test (text data's ``test_oov``), each text field's
+    ``Vocab``, each field's raw values in id order (None where an id has none), and for a user's files the
+    ``DataPlan`` that maps them. ``fields`` and ``dense_features`` are the training split's."""
+
     train: CTRTable
     valid: CTRTable
     test: CTRTable
@@ -116,7 +121,8 @@ class Splits:
 
 
 def split_rows(rows: int, fractions: list[float], seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Row indices of a seeded random train / valid / test split."""
+    """Row indices (int64 arrays) of a seeded random train / valid / test split of ``rows`` rows:
+    ``fractions[0]`` and ``fractions[1]`` of them (rounded) for train and valid, the rest for test."""
     order = np.random.default_rng(seed).permutation(rows)
     n_train = int(round(fractions[0] * rows))
     n_valid = int(round(fractions[1] * rows))

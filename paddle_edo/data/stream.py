@@ -103,7 +103,8 @@ def to_table(plan: DataPlan, chunks: list[dict[str, np.ndarray]]) -> CTRTable:
 
 
 def load_tables(plan: DataPlan) -> dict[str, CTRTable]:
-    """Every split in memory, in one pass over the files."""
+    """Every split (``train``, ``valid``, ``test``) of a plan's files in memory as a ``CTRTable``, in one
+    pass over the files; DataError names the file, row and column of a bad value."""
     parts: dict[str, list] = {split: [] for split in SPLITS}
     bad = plan.source.new_bad_rows()
     with contextlib.closing(plan.source.batches(bad)) as batches:

@@ -7,6 +7,7 @@ from ..errors import EdoValueError
 from ..schema import ConfigError, Option
 from .base import MODEL_OPTIONS, RecModel
 
+#: Model classes by the name ``model.name`` takes (``register_model`` adds to it).
 MODELS: dict[str, type[RecModel]] = {}
 
 

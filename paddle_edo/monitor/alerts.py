@@ -16,6 +16,11 @@ logger = logging.getLogger("paddle_edo")
 
 @dataclass
 class AlertSettings:
+    """When a monitor raises an alert (``monitor.alerts`` in a config): NaN or Inf in a table's row
+    gradients (``nan``); a largest row-gradient norm above ``norm_factor`` times its running median over
+    the last ``norm_window`` logged steps; a table that received a dense gradient (``dense_gradient``); no
+    newly updated row for ``coverage_patience`` steps while some rows were never updated."""
+
     nan: bool = True                 # NaN / Inf in row gradients
     norm_factor: float = 10.0        # a max row-gradient norm above factor x its running median
     dense_gradient: bool = True      # a table that received a dense gradient

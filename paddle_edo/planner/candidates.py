@@ -10,7 +10,8 @@ from typing import Any, Sequence
 from ..quant.formats import FORMATS
 from ..schema import ConfigError
 
-# in order of risk: what a tie in estimated cost is broken by
+#: The methods a plan may choose for a table (``embedding.methods``), in order of risk: what a tie in
+#: estimated cost is broken by.
 METHODS = ("fp32", "fp16", "bf16", "int8", "cached", "clustered", "int4", "int2", "ternary", "binary", "mixed_dim",
            "hash", "qr")
 QAT_FORMATS = ("int4", "int2", "ternary", "binary")   # trained quantization-aware: PTQ loses more at these widths

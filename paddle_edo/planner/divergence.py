@@ -25,7 +25,8 @@ def bernoulli_kl(reference: np.ndarray, other: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class Divergence:
-    """A model's predictions after a change against before it, on the same rows."""
+    """A model's predictions after a change against before it, on the same rows: the mean Bernoulli KL
+    of the click probabilities (0 when equal), and the changes of logloss and AUC (after - before)."""
 
     kl: float
     logloss_delta: float  # after - before (positive: worse)

@@ -27,6 +27,7 @@ from ..errors import EdoValueError
 from .pretrained import PretrainedReport
 from .vocab import PAD, UNK, Vocab
 
+#: The kinds of CharComposer: the mean of a word's character vectors, a position-weighted mean, an MLP.
 COMPOSERS = ("mean", "position", "mlp")
 PAD_ID, UNK_ID = 0, 1
 

@@ -13,7 +13,9 @@ from .vocab import Vocab
 
 @dataclass(frozen=True)
 class EncodedBatch:
-    """Padded ids of a batch of texts; 0 is padding in both arrays."""
+    """Padded ids of a batch of B texts (0 is padding in both id arrays): word ids int64 [B, max_words],
+    their characters' ids int64 [B, max_words, max_chars_per_word], which positions hold a word (bool
+    [B, max_words]) and how many characters each kept (int64 [B, max_words])."""
 
     word_ids: np.ndarray      # int64 [B, max_words]
     char_ids: np.ndarray      # int64 [B, max_words, max_chars_per_word]

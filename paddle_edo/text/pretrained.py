@@ -16,6 +16,10 @@ from .vocab import Vocab
 
 @dataclass(frozen=True)
 class PretrainedReport:
+    """What ``load_pretrained`` copied: vocabulary tokens found in the file (``hits``), tokens the file
+    lacks (``misses``, [PAD] and [UNK] not counted; they keep their values), vectors in the file, and the
+    share of the vocabulary covered (``coverage``)."""
+
     hits: int          # vocabulary tokens that got a vector from the file
     misses: int        # vocabulary tokens (other than [PAD]/[UNK]) the file lacks: they keep their values
     file_tokens: int   # vectors in the file

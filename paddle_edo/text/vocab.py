@@ -7,6 +7,7 @@ from typing import Any, Iterable, Sequence
 
 from ..errors import EdoValueError
 
+#: The tokens of ids 0 (padding) and 1 (every unknown token) of a Vocab.
 PAD, UNK = "[PAD]", "[UNK]"
 
 
