@@ -22,6 +22,11 @@ def main(argv: list[str] | None = None) -> int:
             return run_parameter_server_process(config)
         if config["embedding"]["type"] == "auto":
             config = planned_config(config)
+        if config["distributed"]["mode"] in ("collective", "sharded") and "PADDLE_TRAINER_ID" in os.environ:
+            from paddle_edo.distributed.processes import exit_after
+
+            exit_after(config["distributed"]["timeout_s"], f"trainer {os.environ['PADDLE_TRAINER_ID']} passed "
+                       f"distributed.timeout_s = {config['distributed']['timeout_s']}")
         engine = Engine(config)
         print(engine.memory_report(), flush=True)
         results = engine.fit()

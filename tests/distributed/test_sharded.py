@@ -159,6 +159,18 @@ def test_a_killed_rank_fails_the_job_naming_it_and_the_last_checkpoint_stays_who
     assert state["global_step"] % 10 == 0 and state["global_step"] > 0
 
 
+def test_a_job_past_its_timeout_fails_naming_the_rank(tmp_path):
+    out = tmp_path / "job"
+    done = subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
+                           str(out / "log"), str(ROOT / "tools" / "train.py"), "-c",
+                           str(ROOT / "configs" / "sharded_movielens.yaml"), "-o", f"train.output_dir={out}", "-o",
+                           "train.epochs=1000", "-o", "distributed.timeout_s=10"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=ENV)
+    assert done.returncode != 0
+    logs = logs_of(out / "log")
+    assert re.search(r"paddle_edo: trainer [01] passed distributed.timeout_s = 10; exiting", logs), logs
+
+
 def one_process_state_of_movielens(manifest, tmp_path) -> dict:
     config = load_config(ROOT / "configs" / "sharded_movielens.yaml", [f"train.output_dir={tmp_path / 'reader'}"])
     engine = Engine(config)
