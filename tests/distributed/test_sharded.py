@@ -306,3 +306,15 @@ def test_a_whole_graph_program_is_refused():
     static = paddle.jit.to_static(Model(), input_spec=specs, full_graph=True)
     with pytest.raises(Exception, match="exchange rows between ranks in dynamic graph"):
         static(paddle.to_tensor([1, 2]), paddle.to_tensor([1, 2]))
+
+
+def test_a_cached_share_keeps_its_host_rows_in_a_file_of_its_own(tmp_path):
+    files = []
+    for rank in range(2):
+        with row_shares(rank, 2, 0):
+            share = build_embedding({"type": "cached", "dim": 4, "host": "mmap", "path": str(tmp_path) + "/",
+                                     "cache_ratio": 0.5, "min_cache_rows": 1}, 25)
+        files.append(share.host.path)
+        assert share.host.path.name.endswith(f".rank{rank}of2") and share.host.rows == (13, 12)[rank]
+        assert share.host.path.stat().st_size == share.host.rows * 4 * 4
+    assert files[0] != files[1]
