@@ -24,6 +24,7 @@ TYPES = {
     "qat": ["embedding.type=quantized", "embedding.storage_format=int8", "embedding.mode=qat"],
     "low_precision": ["embedding.type=quantized", "embedding.storage_format=int8", "embedding.mode=low_precision"],
     "cached": ["embedding.type=cached", "embedding.cache_ratio=0.5", "embedding.min_cache_rows=8"],
+    "hash": ["embedding.type=hash", "embedding.num_buckets=100"],   # whole on every rank, dense gradients
 }
 MANIFEST = Path("checkpoints") / "last.sharded.json"
 

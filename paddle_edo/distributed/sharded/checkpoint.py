@@ -27,22 +27,11 @@ FORMAT = "paddle_edo sharded checkpoint 1"
 PLACEMENT = "rows by id modulo world size"
 
 
-def sharded_tables(model: paddle.nn.Layer, min_rows: int) -> dict[str, int]:
-    """The model's tables laid out by rows (shares, or in one process the tables that several ranks would
-    share): sublayer name -> rows (ids)."""
-    found = {}
-    for name, layer in model.named_sublayers():
-        share = getattr(layer, "row_share", None)
-        if share is not None:
-            found[name] = share.rows
-        elif getattr(type(layer), "row_shardable", False) and layer.num_embeddings >= min_rows and \
-                not _inside_table(name, found):
-            found[name] = layer.num_embeddings
-    return found
-
-
-def _inside_table(name: str, tables: dict[str, int]) -> bool:
-    return any(name.startswith(f"{table}.") for table in tables)
+def sharded_tables(model: paddle.nn.Layer) -> dict[str, int]:
+    """The model's tables laid out by rows, its shares (in one process, shares of every row): sublayer name
+    -> rows (ids). Tables whole on every rank are not among them: any number of ranks holds them whole."""
+    return {name: layer.row_share.rows for name, layer in model.named_sublayers()
+            if getattr(layer, "row_share", None) is not None}
 
 
 def row_keys(state: dict[str, Any], model: paddle.nn.Layer, tables: dict[str, int], rank: int,
@@ -77,7 +66,7 @@ def save_sharded(state: dict[str, Any], manifest: Path, rank: int, world_size: i
     manifest = Path(manifest)
     folder_name = f"{manifest.name.split('.')[0]}.step{state['global_step']}"
     folder = manifest.parent / folder_name
-    tables = sharded_tables(model, min_rows)
+    tables = sharded_tables(model)
     save_checkpoint(state, folder / f"rank{rank}.pdckpt")
     keys = row_keys(state, model, tables, rank, world_size)
     barrier()

@@ -49,7 +49,6 @@ class ShardedCollection(EmbeddingCollection):
                                         f"{share.world_size}'s share, the exchange rank {exchange.rank} of "
                                         f"{exchange.world_size}")
                 self.padding[key] = share.padding_idx
-        self.last_exchange_bytes = 0  # bytes this rank sent in the last forward and backward
 
     @classmethod
     def from_collection(cls, collection: EmbeddingCollection, exchange: Exchange) -> "ShardedCollection":
@@ -106,7 +105,6 @@ class ShardedCollection(EmbeddingCollection):
                         ) -> dict[str, paddle.Tensor]:
         """Each sharded table's vectors [batch, width], its rows fetched from their owners."""
         plan = _ExchangePlan(self, keys, ids, shares)
-        start = self.exchange.bytes_sent
         requested = plan.request()  # ids each rank asks of this one, by table
         owned = [self[key](paddle.to_tensor(local)) if local.size else
                  paddle.zeros([0, self[key].embedding_dim], dtype="float32") for key, local in zip(keys, requested)]
@@ -119,7 +117,6 @@ class ShardedCollection(EmbeddingCollection):
         else:
             with paddle.no_grad():
                 flat = plan.send_rows(owned)
-        self.last_exchange_bytes = self.exchange.bytes_sent - start
         return plan.vectors(flat)
 
 
@@ -180,7 +177,7 @@ class _ExchangePlan:
         """Return the owned rows to whoever asked; returns this rank's distinct rows of every table, flat,
         each table's in its distinct-id order, and one zero at the end."""
         world = self.exchange.world_size
-        splits = [self._split(rows, self.asked_of_me[:, t]) for t, rows in enumerate(owned)]
+        splits = [_cut(rows, self.asked_of_me[:, t]) for t, rows in enumerate(owned)]
         parts = [_flat([splits[t][s] for t in range(len(self.keys))]) for s in range(world)]
         sizes = [int((self.counts[d] * self.dims).sum()) for d in range(world)]
         received = self.exchange.exchange(parts, sizes)
@@ -198,7 +195,7 @@ class _ExchangePlan:
         per_table = _cut(flat_grad[:-1], self.distinct * self.dims)
         grouped = [paddle.gather(g.reshape([-1, dim]), paddle.to_tensor(order)) if order.size else g.reshape([-1, dim])
                    for g, dim, order in zip(per_table, self.dims, self.orders)]
-        splits = [self._split(g, self.counts[:, t]) for t, g in enumerate(grouped)]
+        splits = [_cut(g, self.counts[:, t]) for t, g in enumerate(grouped)]
         parts = [_flat([splits[t][d] for t in range(len(self.keys))]) for d in range(world)]
         sizes = [int((self.asked_of_me[s] * self.dims).sum()) for s in range(world)]
         received = self.exchange.exchange(parts, sizes)
@@ -207,10 +204,6 @@ class _ExchangePlan:
             for t, part in enumerate(_cut(message, self.asked_of_me[s] * self.dims)):
                 pieces[t].append(part.reshape([-1, self.dims[t]]))
         return [_cat(parts, self.dims[t]) for t, parts in enumerate(pieces)]
-
-    @staticmethod
-    def _split(rows: paddle.Tensor, counts: np.ndarray) -> list[paddle.Tensor]:
-        return _cut(rows, counts)
 
     def vectors(self, flat: paddle.Tensor) -> dict[str, paddle.Tensor]:
         """Each table's vectors [batch, width] from its distinct rows: gathered, padding zero, bags pooled."""
