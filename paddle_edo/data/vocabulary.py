@@ -148,8 +148,17 @@ def file_digest(path: str | Path) -> str:
 
 
 def write_json_atomically(path: str | Path, content: dict) -> None:
+    """Write ``content`` as JSON so that ``path`` always holds a whole file: into a temporary file of this
+    process, flushed to disk, then renamed over ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(content, indent=1, ensure_ascii=False), encoding="utf-8")
-    os.replace(temporary, path)
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.write(json.dumps(content, indent=1, ensure_ascii=False))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    finally:
+        if temporary.exists():
+            temporary.unlink()

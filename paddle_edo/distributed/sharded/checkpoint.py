@@ -10,9 +10,7 @@ go from 2 ranks to 1, 1 to 2, or 2 to 3. The tools that read a checkpoint (eval,
 one process."""
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -21,7 +19,8 @@ import numpy as np
 import paddle
 
 from ...checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from ...nn.shards import held_rows
+from ...data.vocabulary import file_digest, write_json_atomically
+from ...nn.shards import RowShare, held_rows
 
 FORMAT = "paddle_edo sharded checkpoint 1"
 PLACEMENT = "rows by id modulo world size"
@@ -48,7 +47,7 @@ def row_keys(state: dict[str, Any], model: paddle.nn.Layer, tables: dict[str, in
         params = [p.name for p in layers[table].parameters()]
 
         def rowwise(value: Any) -> bool:
-            shape = list(np.shape(_array(value)))
+            shape = _shape(value)
             return bool(shape) and shape[0] == held
         keys[table] = {
             "model": [k for k, v in state["model"].items() if k.startswith(f"{table}.") and rowwise(v)],
@@ -66,16 +65,18 @@ def save_sharded(state: dict[str, Any], manifest: Path, rank: int, world_size: i
     manifest = Path(manifest)
     folder_name = f"{manifest.name.split('.')[0]}.step{state['global_step']}"
     folder = manifest.parent / folder_name
-    tables = sharded_tables(model)
-    save_checkpoint(state, folder / f"rank{rank}.pdckpt")
-    keys = row_keys(state, model, tables, rank, world_size)
+    own = save_checkpoint(state, folder / f"rank{rank}.pdckpt")
+    # each rank hashes its own file (in its page cache), so no rank reads the others'
+    own.with_name(own.name + ".sha256").write_text(file_digest(own), encoding="utf-8")
     barrier()
     if rank == 0:
+        tables = sharded_tables(model)
         files = [f"{folder_name}/rank{r}.pdckpt" for r in range(world_size)]
         body = {"format": FORMAT, "world_size": world_size, "placement": PLACEMENT, "min_rows": min_rows,
-                "global_step": state["global_step"], "tables": tables, "row_keys": keys, "files": files,
-                "sha256": [_digest(manifest.parent / f) for f in files]}
-        _write_atomically(manifest, json.dumps(body, indent=1))
+                "global_step": state["global_step"], "tables": tables,
+                "row_keys": row_keys(state, model, tables, rank, world_size), "files": files,
+                "sha256": [(manifest.parent / f"{f}.sha256").read_text(encoding="utf-8") for f in files]}
+        write_json_atomically(manifest, body)
         for old in manifest.parent.glob(f"{manifest.name.split('.')[0]}.step*"):
             if old.name != folder_name and old.is_dir():
                 shutil.rmtree(old, ignore_errors=True)
@@ -122,17 +123,18 @@ def load_sharded(path: str | Path, rank: int, world_size: int, min_rows: int,
         file = path.parent / body["files"][source]
         if not file.is_file():
             raise CheckpointError(f"checkpoint {path}: rank {source}'s file {file} is missing")
-        if _digest(file) != body["sha256"][source]:
+        if file_digest(file) != body["sha256"][source]:
             raise CheckpointError(f"checkpoint {path}: rank {source}'s file {file} does not match its checksum")
         return load_checkpoint(file)
 
     if old_world == world_size:
         return read(rank)
-    state = read(rank if rank < old_world else 0)
-    targets = {table: np.arange(rank, rows, world_size, dtype=np.int64) for table, rows in body["tables"].items()}
+    home = rank if rank < old_world else 0  # the file whose entries not laid out by rows this rank takes
+    state = read(home)
+    targets = {table: RowShare(rank, world_size, rows).global_rows() for table, rows in body["tables"].items()}
     assembled: dict[tuple[str, str], np.ndarray] = {}
     for source in range(old_world):
-        old = state if source == (rank if rank < old_world else 0) else read(source)
+        old = state if source == home else read(source)
         for table, sections in body["row_keys"].items():
             rows = targets[table]
             mine = rows % old_world == source
@@ -146,32 +148,15 @@ def load_sharded(path: str | Path, rank: int, world_size: int, min_rows: int,
     for (section, key), value in assembled.items():
         state[section][key] = value
     for key, value in (fresh_optimizer or {}).items():
-        if key in state["optimizer"] and np.shape(_array(state["optimizer"][key])) != np.shape(_array(value)):
+        if key in state["optimizer"] and _shape(state["optimizer"][key]) != _shape(value):
             state["optimizer"][key] = value
     return state
 
 
+def _shape(value: Any) -> list[int]:
+    """A saved entry's shape, read without copying it (a Paddle tensor, an array or a number)."""
+    return list(value.shape) if hasattr(value, "shape") else list(np.shape(value))
+
+
 def _array(value: Any) -> np.ndarray:
     return value.numpy() if isinstance(value, paddle.Tensor) else np.asarray(value)
-
-
-def _digest(path: Path) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            sha.update(block)
-    return sha.hexdigest()
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
