@@ -62,7 +62,7 @@ def _fill_share(rows: np.ndarray, seed: int, std: float, share: RowShare) -> Non
             continue
         local = np.arange(max(low, 0), high + 1, dtype=np.int64)
         columns = np.arange(dim, dtype=np.int64)
-        sources = ((local * share.world_size + share.rank) * dim)[:, None] + columns  # flat global positions
+        sources = (share.global_ids(local) * dim)[:, None] + columns  # flat global positions
         inside = (sources >= start) & (sources < stop)
         targets = (local * dim)[:, None] + columns
         flat_rows[targets[inside]] = part[sources[inside] - start]

@@ -141,7 +141,7 @@ class QuantizedEmbedding(EmbeddingBase):
         elif weight is None:  # keyed by global row: a rank's share of a table draws the rows the whole would
             share = share_being_built()
             rows = np.arange(start, stop, dtype=np.int64)
-            rows = rows * share.world_size + share.rank if share is not None else rows
+            rows = share.global_ids(rows) if share is not None else rows
             chunk = paddle.to_tensor(keyed_normal(self._init_seed, rows, self.embedding_dim, self.init_std))
         else:
             chunk = weight[start:stop].astype("float32")
@@ -349,8 +349,7 @@ class QuantizedEmbedding(EmbeddingBase):
             step = grad
         updated = rows - learning_rate * step
         share = getattr(self, "row_share", None)  # a share rounds its rows as the whole table would
-        noise = rounding_noise(unique, self.embedding_dim,
-                               (lambda rows: rows * share.world_size + share.rank) if share is not None else None)
+        noise = rounding_noise(unique, self.embedding_dim, share.global_ids if share is not None else None)
         if kernels_serve(unique, self.codes):
             params = paddle.zeros([1], dtype="float16") if self.row_params is None else self.row_params
             fused_ops().edo_write_rows(self.codes, params, unique, updated, noise, FORMAT_NUMBERS[self.format.name])

@@ -37,7 +37,11 @@ class RowShare:
 
     def global_rows(self) -> np.ndarray:
         """The global id of each held row, int64 [held_rows]."""
-        return np.arange(self.rank, self.rows, self.world_size, dtype=np.int64)
+        return self.global_ids(np.arange(self.held_rows, dtype=np.int64))
+
+    def global_ids(self, local: np.ndarray) -> np.ndarray:
+        """The global ids of local rows ``local`` (int64, any shape)."""
+        return np.asarray(local, dtype=np.int64) * self.world_size + self.rank
 
     def owned_local(self, ids: np.ndarray) -> np.ndarray:
         """The local rows of those of ``ids`` (global, any shape) this rank holds, flat."""
@@ -62,14 +66,18 @@ _BUILDING: contextvars.ContextVar[RowShare | None] = contextvars.ContextVar("pad
 
 
 @contextlib.contextmanager
-def row_shares(rank: int, world_size: int, min_rows: int) -> Iterator[None]:
-    """Tables built inside are rank ``rank`` of ``world_size``'s shares (those with at least ``min_rows``
-    rows, of a row-shardable type)."""
-    token = _RULE.set(ShareRule(int(rank), int(world_size), int(min_rows)))
+def _set(variable: contextvars.ContextVar, value: object) -> Iterator[None]:
+    token = variable.set(value)
     try:
         yield
     finally:
-        _RULE.reset(token)
+        variable.reset(token)
+
+
+def row_shares(rank: int, world_size: int, min_rows: int) -> contextlib.AbstractContextManager:
+    """Tables built inside are rank ``rank`` of ``world_size``'s shares (those with at least ``min_rows``
+    rows, of a row-shardable type)."""
+    return _set(_RULE, ShareRule(int(rank), int(world_size), int(min_rows)))
 
 
 def share_rule() -> ShareRule | None:
@@ -77,14 +85,9 @@ def share_rule() -> ShareRule | None:
     return _RULE.get()
 
 
-@contextlib.contextmanager
-def building_share(share: RowShare) -> Iterator[None]:
+def building_share(share: RowShare) -> contextlib.AbstractContextManager:
     """While a share's layer is built: its initial values are the rows the whole table would draw."""
-    token = _BUILDING.set(share)
-    try:
-        yield
-    finally:
-        _BUILDING.reset(token)
+    return _set(_BUILDING, share)
 
 
 def share_being_built() -> RowShare | None:

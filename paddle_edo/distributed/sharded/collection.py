@@ -27,7 +27,7 @@ from ...errors import EdoIndexError, EdoRuntimeError, EdoValueError
 from ...nn.base import EmbeddingBase
 from ...nn.collection import EmbeddingCollection
 from ...nn.shards import RowShare
-from .exchange import Exchange
+from .exchange import Exchange, joined_flat
 
 
 class ShardedCollection(EmbeddingCollection):
@@ -61,11 +61,6 @@ class ShardedCollection(EmbeddingCollection):
     def fused_tables(self) -> list[str]:
         """None: a share is looked up by its own layer, for rows other ranks ask for."""
         return []
-
-    def table_rows(self, key: str) -> int:
-        """Rows (ids) of table ``key`` across all ranks."""
-        share = self.shares().get(key)
-        return share.rows if share is not None else self[key].num_embeddings
 
     @dynamic_graph_under_sot
     def forward(self, ids: Sequence[paddle.Tensor] | Mapping[str, paddle.Tensor],
@@ -176,34 +171,32 @@ class _ExchangePlan:
     def send_rows(self, owned: list[paddle.Tensor]) -> paddle.Tensor:
         """Return the owned rows to whoever asked; returns this rank's distinct rows of every table, flat,
         each table's in its distinct-id order, and one zero at the end."""
-        world = self.exchange.world_size
-        splits = [_cut(rows, self.asked_of_me[:, t]) for t, rows in enumerate(owned)]
-        parts = [_flat([splits[t][s] for t in range(len(self.keys))]) for s in range(world)]
-        sizes = [int((self.counts[d] * self.dims).sum()) for d in range(world)]
-        received = self.exchange.exchange(parts, sizes)
-        pieces = [[] for _ in self.keys]
-        for d, message in enumerate(received):
-            for t, part in enumerate(_cut(message, self.counts[d] * self.dims)):
-                pieces[t].append(part.reshape([-1, self.dims[t]]))
+        pieces = self._swap(owned, self.asked_of_me, self.counts)
         tables = [_ungroup(_cat(parts, self.dims[t]), self.orders[t]).reshape([-1]) for t, parts in enumerate(pieces)]
-        return _cat([*tables, paddle.zeros([1], dtype="float32")])
+        return joined_flat([*tables, paddle.zeros([1], dtype="float32")])
 
     def send_gradients(self, flat_grad: paddle.Tensor) -> list[paddle.Tensor]:
         """The backward of ``send_rows``: each distinct row's gradient back to its owner; returns the
         gradient of every owned rows tensor."""
-        world = self.exchange.world_size
         per_table = _cut(flat_grad[:-1], self.distinct * self.dims)
         grouped = [paddle.gather(g.reshape([-1, dim]), paddle.to_tensor(order)) if order.size else g.reshape([-1, dim])
                    for g, dim, order in zip(per_table, self.dims, self.orders)]
-        splits = [_cut(g, self.counts[:, t]) for t, g in enumerate(grouped)]
-        parts = [_flat([splits[t][d] for t in range(len(self.keys))]) for d in range(world)]
-        sizes = [int((self.asked_of_me[s] * self.dims).sum()) for s in range(world)]
-        received = self.exchange.exchange(parts, sizes)
-        pieces = [[] for _ in self.keys]
-        for s, message in enumerate(received):
-            for t, part in enumerate(_cut(message, self.asked_of_me[s] * self.dims)):
-                pieces[t].append(part.reshape([-1, self.dims[t]]))
+        pieces = self._swap(grouped, self.counts, self.asked_of_me)
         return [_cat(parts, self.dims[t]) for t, parts in enumerate(pieces)]
+
+    def _swap(self, tables: list[paddle.Tensor], send: np.ndarray, receive: np.ndarray) -> list[list[paddle.Tensor]]:
+        """Each table's rows ([n, dim], grouped by rank) sent to the ranks, ``send[r, t]`` rows of table t
+        to rank r, all tables in one message; returns, per table, the rows each rank sent here
+        (``receive[r, t]`` of them)."""
+        world = self.exchange.world_size
+        splits = [_cut(rows, send[:, t]) for t, rows in enumerate(tables)]
+        parts = [joined_flat([splits[t][r] for t in range(len(self.keys))]) for r in range(world)]
+        received = self.exchange.exchange(parts, [int((receive[r] * self.dims).sum()) for r in range(world)])
+        pieces = [[] for _ in self.keys]
+        for r, message in enumerate(received):
+            for t, part in enumerate(_cut(message, receive[r] * self.dims)):
+                pieces[t].append(part.reshape([-1, self.dims[t]]))
+        return pieces
 
     def vectors(self, flat: paddle.Tensor) -> dict[str, paddle.Tensor]:
         """Each table's vectors [batch, width] from its distinct rows: gathered, padding zero, bags pooled."""
@@ -232,16 +225,11 @@ class _ExchangePlan:
         return out
 
 
-def _flat(parts: list[paddle.Tensor]) -> paddle.Tensor:
-    return _cat([p.reshape([-1]) for p in parts])
-
-
-def _cat(parts: list[paddle.Tensor], dim: int | None = None) -> paddle.Tensor:
-    """Parts joined along their first axis, empty ones included (Paddle's concat refuses to join none):
-    ``dim`` is the width of 2-D parts, None for 1-D ones."""
+def _cat(parts: list[paddle.Tensor], dim: int) -> paddle.Tensor:
+    """Rows [n, dim] joined, empty parts included (Paddle's concat refuses to join none)."""
     kept = [p for p in parts if int(p.shape[0])]
     if not kept:
-        return paddle.zeros([0] if dim is None else [0, dim], dtype=parts[0].dtype if parts else "float32")
+        return paddle.zeros([0, dim], dtype="float32")
     return kept[0] if len(kept) == 1 else paddle.concat(kept)
 
 

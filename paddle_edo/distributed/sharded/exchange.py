@@ -36,16 +36,17 @@ class Exchange:
 
     def __init__(self, rank: int, world_size: int) -> None:
         self.rank, self.world_size = rank, world_size
-        self.bytes_sent = 0
-        self.calls = 0
+        self.bytes_sent = 0  # to other ranks, as each implementation sends them
 
     def exchange(self, parts: Sequence[paddle.Tensor], receive_sizes: Sequence[int]) -> list[paddle.Tensor]:
         if len(parts) != self.world_size or len(receive_sizes) != self.world_size:
             raise EdoValueError(f"{type(self).__name__}: {len(parts)} parts and {len(receive_sizes)} sizes for "
                                 f"{self.world_size} ranks")
-        self.calls += 1
-        self.bytes_sent += sum(int(part.size) * part.element_size() for d, part in enumerate(parts) if d != self.rank)
         return self._exchange(list(parts), [int(size) for size in receive_sizes])
+
+    def _count_parts(self, parts: list[paddle.Tensor]) -> None:
+        """Count the parts meant for other ranks as sent (what point-to-point and all-to-all send)."""
+        self.bytes_sent += sum(int(part.size) * part.element_size() for d, part in enumerate(parts) if d != self.rank)
 
     def _exchange(self, parts: list[paddle.Tensor], receive_sizes: list[int]) -> list[paddle.Tensor]:
         raise NotImplementedError
@@ -90,6 +91,7 @@ class PairwiseExchange(Exchange):
                     self.partners.append((high if rank == low else low, groups[low, high]))
 
     def _exchange(self, parts, receive_sizes):
+        self._count_parts(parts)
         received: list[paddle.Tensor | None] = [None] * self.world_size
         received[self.rank] = parts[self.rank]
         for peer, group in self.partners:
@@ -125,16 +127,15 @@ class GatheredExchange(Exchange):
         dist.all_gather(all_sizes, sizes)
         table = paddle.stack(all_sizes).numpy()            # [source, destination]
         longest = int(table.sum(axis=1).max())
-        joined = _joined(parts)
-        padded = _joined([joined, paddle.zeros([longest - int(joined.size)], dtype=joined.dtype)])
+        joined = joined_flat(parts)
+        padded = joined_flat([joined, paddle.zeros([longest - int(joined.size)], dtype=joined.dtype)])
         gathered: list[paddle.Tensor] = []
         dist.all_gather(gathered, padded)
         received = []
         for source in range(self.world_size):
             start = int(table[source, :self.rank].sum())
             received.append(gathered[source][start:start + int(table[source, self.rank])])
-        self.bytes_sent += (self.world_size - 1) * longest * padded.element_size() - \
-            sum(int(p.size) * p.element_size() for d, p in enumerate(parts) if d != self.rank)
+        self.bytes_sent += (self.world_size - 1) * longest * padded.element_size()  # every rank gets all of it
         return received
 
 
@@ -142,15 +143,17 @@ class AllToAllExchange(Exchange):
     name = "all_to_all"
 
     def _exchange(self, parts, receive_sizes):
-        joined = _joined(parts)
+        self._count_parts(parts)
+        joined = joined_flat(parts)
         out = paddle.empty([sum(receive_sizes)], dtype=joined.dtype)
         dist.alltoall_single(out, joined, [int(p.size) for p in parts], receive_sizes)
         bounds = [0, *itertools.accumulate(receive_sizes)]
         return [out[bounds[i]:bounds[i + 1]] for i in range(self.world_size)]
 
 
-def _joined(parts: Sequence[paddle.Tensor]) -> paddle.Tensor:
-    """1-D parts end to end, empty ones included (Paddle's concat refuses to join only empty tensors)."""
+def joined_flat(parts: Sequence[paddle.Tensor]) -> paddle.Tensor:
+    """Parts flattened and joined end to end, empty ones included (Paddle's concat refuses to join only
+    empty tensors)."""
     kept = [p.reshape([-1]) for p in parts if int(p.size)]
     if not kept:
         return paddle.zeros([0], dtype=parts[0].dtype)
