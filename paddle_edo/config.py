@@ -64,12 +64,13 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "log_every_steps": Option(50, int, low=1),
         "to_static": Option(False, bool, doc="train and evaluate the model under paddle.jit.to_static (SOT: the "
                                              "tables run in dynamic graph, the rest is compiled)"),
-        "table_optimizer": {  # the rule paddle_edo's kernels apply to fp32 and QAT tables, outside Paddle's optimizer
+        "table_optimizer": {  # the rule paddle_edo's kernels apply to tables, outside Paddle's optimizer
             "name": Option(None, str, nullable=True, choices=tuple(FUSED_RULES),
-                           doc="the rule of the fp32 and QAT tables (a collection's in its backward, the others "
-                               "from their own gradients): sgd, adagrad, rowwise_adagrad (one fp32 per row), adam, "
+                           doc="the rule of the fp32, QAT and low_precision tables (a collection's in its backward, "
+                               "the others from their own gradients): sgd, adagrad, rowwise_adagrad (one fp32 per row), adam, "
                                "rowwise_adam (a moment per value, none with beta1 0, and one fp32 per row); null: "
-                               "train.optimizer where it is fused"),
+                               "train.optimizer where it is fused (low_precision tables: its row rule, sgd or "
+                               "adagrad)"),
             "beta1": Option(0.9, float, low=0.0, high=0.999999, doc="adam, rowwise_adam (0: no first moment)"),
             "beta2": Option(0.999, float, low=0.0, high=0.999999, doc="adam, rowwise_adam"),
             "weight_decay": Option(0.0, float, low=0.0, doc="L2 on the batch's rows (g + weight_decay x w)"),

@@ -82,11 +82,13 @@ class Engine:
             # fp32 tables train outside Paddle's optimizer: a collection's in its backward pass, the others
             # (composites' parts, tables of unfused runs) from their sparse gradients after it
             self.table_optimizer = fused_table_optimizer(config, 1 if self.sharded else self.world_size, self.device)
+            named = train["table_optimizer"]["name"] is not None  # low_precision tables take a rule named for them
             if self.table_optimizer:
-                check_tables_reached(self.model, self.table_optimizer)
+                check_tables_reached(self.model, self.table_optimizer, named)
             fused = bind_table_optimizer(self.model, self.table_optimizer) \
                 if self.table_optimizer and collections_fuse(config) else []
-            self.row_trainer = bind_row_trainer(self.model, self.table_optimizer) if self.table_optimizer else None
+            self.row_trainer = bind_row_trainer(self.model, self.table_optimizer, low_precision=named) \
+                if self.table_optimizer else None
             apart = fused + (self.row_trainer.parameters() if self.row_trainer else [])
             self.optimizer = create_optimizer(train, self.model, apart)
             bind_optimizer(self.model, self.optimizer)  # cached tables carry the optimizer's row state
@@ -98,7 +100,8 @@ class Engine:
                             if layer.prefetcher is not None and name in self.table_fields]
         self._load_pretrained(config["model"].get("pretrained", {}))
         self.table_learning_rate = train["embedding_learning_rate"] or train["learning_rate"]
-        self.row_tables = row_updated_tables(self.model)
+        self.row_tables = [table for table in row_updated_tables(self.model)  # those no RowTrainer trains
+                           if getattr(table, "row_trainer", None) is None]
         for table in self.row_tables:
             table.configure_row_optimizer(train["optimizer"])
         amp = train["amp"]

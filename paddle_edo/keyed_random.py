@@ -7,12 +7,25 @@ from __future__ import annotations
 import numpy as np
 import paddle
 
+from .kernels import address, c_function
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
 def keyed_uniform(seed: int, rows: np.ndarray, dim: int) -> np.ndarray:
-    """float32 [len(rows), dim] in [0, 1): splitmix64 of (seed, row * dim + column), its top 24 bits."""
+    """float32 [len(rows), dim] in [0, 1): splitmix64 of (seed, row * dim + column), its top 24 bits (by the
+    native kernel where it can be had: the same bits)."""
+    native = c_function("edo_keyed_uniform")
+    if native is not None:
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        out = np.empty([len(rows), dim], dtype=np.float32)
+        native(seed, address(rows), len(rows), dim, address(out))
+        return out
+    return _numpy_keyed_uniform(seed, rows, dim)
+
+
+def _numpy_keyed_uniform(seed: int, rows: np.ndarray, dim: int) -> np.ndarray:
     keys = (np.asarray(rows, dtype=np.uint64)[:, None] * np.uint64(dim) + np.arange(dim, dtype=np.uint64))
     with np.errstate(over="ignore"):
         x = keys * _GOLDEN + np.uint64(seed) * _MIX2
@@ -31,8 +44,24 @@ def rounding_noise(rows: paddle.Tensor, dim: int, rows_to_global=None) -> paddle
 
 
 def keyed_normal(seed: int, rows: np.ndarray, dim: int, std: float) -> np.ndarray:
-    """float32 [len(rows), dim] draws of N(0, std^2): Box-Muller over two keyed uniforms."""
-    u1 = keyed_uniform(seed, rows, dim).astype(np.float64)
-    u2 = keyed_uniform(seed ^ 0x5DEECE66D, rows, dim).astype(np.float64)
-    radius = np.sqrt(-2.0 * np.log1p(-u1))  # 1 - u1 in (0, 1]
-    return (radius * np.cos(2.0 * np.pi * u2) * std).astype(np.float32)
+    """float32 [len(rows), dim] draws of N(0, std^2): Box-Muller in double precision, each pair of columns
+    (d, d + 1) the cosine and sine of one pair of keyed uniforms, those of column d (by the native kernel
+    where it can be had, on every processor: numpy's values but where a double's last bit rounds differently
+    in its log1p, cos or sin)."""
+    native = c_function("edo_keyed_normal")
+    if native is not None:
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        out = np.empty([len(rows), dim], dtype=np.float32)
+        native(seed, address(rows), len(rows), dim, float(std), address(out))
+        return out
+    return _numpy_keyed_normal(seed, rows, dim, std)
+
+
+def _numpy_keyed_normal(seed: int, rows: np.ndarray, dim: int, std: float) -> np.ndarray:
+    u1 = _numpy_keyed_uniform(seed, rows, dim)[:, 0::2].astype(np.float64)
+    u2 = _numpy_keyed_uniform(seed ^ 0x5DEECE66D, rows, dim)[:, 0::2].astype(np.float64)
+    radius, angle = np.sqrt(-2.0 * np.log1p(-u1)), 2.0 * np.pi * u2  # 1 - u1 in (0, 1]
+    out = np.empty([len(rows), dim], dtype=np.float32)
+    out[:, 0::2] = radius * np.cos(angle) * std
+    out[:, 1::2] = (radius * np.sin(angle) * std)[:, :dim // 2]
+    return out

@@ -19,6 +19,7 @@ def test_the_draws_are_uniform_and_normal():
     counts = np.histogram(uniform, bins=16, range=(0, 1))[0]
     assert np.abs(counts / uniform.size - 1 / 16).max() < 0.002
     normal = keyed_normal(3, np.arange(50_000), 16, 0.5)
+    assert abs(np.corrcoef(normal[:, 0], normal[:, 1])[0, 1]) < 0.02  # a pair's cosine and sine are independent
     assert abs(normal.mean()) < 0.005 and abs(normal.std() - 0.5) < 0.005
     assert abs(np.mean(np.abs(normal) < 0.5) - 0.6827) < 0.005  # one standard deviation
 
@@ -32,3 +33,19 @@ def test_rounding_noise_follows_paddle_seed_and_the_global_rows():
     paddle.seed(1)  # local rows 2 and 4 of rank 1 of 2 are global rows 5 and 9
     shared = rounding_noise(paddle.to_tensor([2, 4]), 3, lambda rows: rows * 2 + 1).numpy()
     np.testing.assert_array_equal(shared[1], first[1])
+
+
+def test_the_native_draws_are_numpys():
+    from paddle_edo import keyed_random
+    from paddle_edo.kernels import c_function
+    if c_function("edo_keyed_normal") is None:
+        import pytest
+        pytest.skip("the native kernels cannot be built here")
+    rows = np.random.default_rng(0).integers(0, 2**40, 20_000)
+    np.testing.assert_array_equal(keyed_uniform(11, rows, 24), keyed_random._numpy_keyed_uniform(11, rows, 24))
+    for dim in (24, 7):  # an odd last column takes a cosine alone
+        native, reference = keyed_normal(11, rows, dim, 0.3), keyed_random._numpy_keyed_normal(11, rows, dim, 0.3)
+        assert native.dtype == np.float32 and native.shape == (20_000, dim)
+        # a double's last bit may round apart in log1p, cos or sin: at most one float32 step, and rarely
+        steps = np.abs(native.view(np.int32).astype(np.int64) - reference.view(np.int32).astype(np.int64))
+        assert steps.max() <= 1 and np.mean(steps > 0) < 1e-3

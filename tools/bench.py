@@ -11,6 +11,7 @@
   python tools/bench.py redis [--rows 1000000] [--rate 500] [--seconds 30]
   python tools/bench.py sharded [--fields 4] [--rows 500000] [--dim 64] [--samples 400000]
   python tools/bench.py training_memory [--seeds 1 2 3] [--data movielens criteo] [--criteo-rows 1000000]
+  python tools/bench.py capacity [--configs ...] [--ids zipf uniform] [--limit-gib 20] [--steps 200]
   python tools/bench.py planner [--data movielens synthetic]
   python tools/bench.py packing
 """
@@ -762,7 +763,20 @@ def run_sharded(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
-RUNNERS = {"sharded": run_sharded, "training_memory": run_training_memory, "redis": run_redis, "serving": run_serving, "data": run_data, "quantized": run_quantized, "shared": run_shared, "monitor": run_monitor, "cache": run_cache,
+def run_capacity(args: argparse.Namespace, out: Path) -> int:
+    """The largest table each configuration trains under a memory limit, and examples/s at the baseline's."""
+    from tools import bench_capacity
+
+    result = bench_capacity.capacity_benchmark(args.configs, args.dim, args.steps, args.batch, args.limit_gib,
+                                               Path(args.scratch), args.threads, args.precision, args.timeout, args.ids)
+    result["settings"] = {"threads": args.threads, "malloc": MALLOC, "processor": processor_name(),
+                          "paddle": paddle.__version__}
+    (out / "capacity.json").write_text(json.dumps(result, indent=2))
+    print(write_report(out / "capacity.md", bench_capacity.markdown(result), args.threads))
+    return 0
+
+
+RUNNERS = {"capacity": run_capacity, "sharded": run_sharded, "training_memory": run_training_memory, "redis": run_redis, "serving": run_serving, "data": run_data, "quantized": run_quantized, "shared": run_shared, "monitor": run_monitor, "cache": run_cache,
            "text": run_text, "lookups": run_lookups, "to_static": run_to_static, "ps": run_ps, "versions": run_versions,
            "planner": run_planner, "packing": run_packing, "collection": run_collection}
 
@@ -859,6 +873,20 @@ def main(argv: list[str] | None = None) -> int:
     redis.add_argument("--seconds", type=float, default=30.0, help="of each load (0: no service part)")
     redis.add_argument("--threads", type=int, default=2)
     redis.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
+    capacity = sub.add_parser("capacity", help="the largest table each table type and optimizer state trains here")
+    from tools.bench_capacity import CONFIGS
+    capacity.add_argument("--configs", nargs="+", choices=tuple(CONFIGS), default=list(CONFIGS))
+    capacity.add_argument("--ids", nargs="+", choices=("zipf", "uniform"), default=["zipf", "uniform"])
+    capacity.add_argument("--limit-gib", type=float, default=20.0, help="resident memory a trial may take")
+    capacity.add_argument("--dim", type=int, default=64)
+    capacity.add_argument("--steps", type=int, default=200)
+    capacity.add_argument("--batch", type=int, default=4096)
+    capacity.add_argument("--precision", type=float, default=0.1, help="bisection stops within this ratio")
+    capacity.add_argument("--timeout", type=float, default=3600.0, help="seconds a trial may take")
+    capacity.add_argument("--scratch", default=str(Path(tempfile.gettempdir()) / "paddle_edo_capacity"),
+                          help="where mmap table files are made (and removed)")
+    capacity.add_argument("--threads", type=int, default=2)
+    capacity.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     planner = sub.add_parser("planner", help="per-table plans for memory budgets beside single methods")
     planner.add_argument("--data", nargs="+", choices=("movielens", "synthetic"), default=["movielens", "synthetic"])
     planner.add_argument("--threads", type=int, default=2)

@@ -1,7 +1,8 @@
 """Native CPU kernels: fused lookups for the shared tables (Paddle custom operators, lookups.cc), the
 table-batched lookup of a collection's tables and its backward with the optimizer fused in (collection.cc), the
-distinct ids of a batch for deduplicated training lookups (a custom operator, unique_ids.cc) and the
-monitor's row-gradient summaries (C functions called through ctypes, row_norms.cc), built as one extension.
+distinct ids of a batch for deduplicated training lookups (a custom operator, unique_ids.cc), the
+monitor's row-gradient summaries and keyed random draws (C functions called through ctypes, row_norms.cc and
+keyed_random.cc), built as one extension.
 
 The composite Paddle ops stay the reference, and the path for training (sparse row gradients),
 accelerators, and static programs and exports by default (a saved model needs nothing but Paddle). A
@@ -40,7 +41,7 @@ logger = logging.getLogger("paddle_edo")
 
 SOURCES = [Path(__file__).with_name(name)
            for name in ("lookups.cc", "quantized.cc", "bags.cc", "collection.cc", "fake_quant.cc", "unique_ids.cc",
-                        "row_norms.cc", "openmp.cc")]
+                        "row_norms.cc", "openmp.cc", "keyed_random.cc")]
 HEADERS = [Path(__file__).with_name(name)  # included by the sources: part of a build's key
            for name in ("packed_rows.h", "half_rows.h", "huge_pages.h", "cpu_isa.h", "prefetch.h", "fake_quant.h",
                          "optimizer_states.h")]
@@ -48,7 +49,7 @@ NAME = "paddle_edo_lookups"
 FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]  # no fused multiply-adds: the composite ops' exact roundings
 CPU_ISAS = ("avx512", "avx2", "portable")  # PADDLE_EDO_MAX_CPU_ISA's values, widest first
 _loaded: dict[str, tuple[ModuleType, Path] | None] = {}
-_C_FUNCTIONS = {  # row_norms.cc's and openmp.cc's functions: (result, argument types)
+_C_FUNCTIONS = {  # row_norms.cc's, openmp.cc's and keyed_random.cc's functions: (result, argument types)
     "edo_summarize_groups": (ctypes.c_int64, [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 11]),
     "edo_save_rows": (None, [ctypes.c_int64, *[ctypes.c_void_p] * 5]),
     "edo_update_ratios": (None, [ctypes.c_int64, *[ctypes.c_void_p] * 6]),
@@ -57,6 +58,9 @@ _C_FUNCTIONS = {  # row_norms.cc's and openmp.cc's functions: (result, argument 
     "edo_mark_rows": (ctypes.c_int64, [ctypes.c_int64, *[ctypes.c_void_p] * 9]),
     "edo_openmp_threads": (ctypes.c_int64, []),
     "edo_kernel_isa": (ctypes.c_int64, []),
+    "edo_keyed_uniform": (None, [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]),
+    "edo_keyed_normal": (None, [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_double,
+                                ctypes.c_void_p]),
 }
 _functions: dict[str, object] = {}  # each C function, once looked up (None: unavailable)
 _static_fusion = [False]            # whether to_static programs take the fused kernels (fused_static_programs)

@@ -19,6 +19,9 @@
 // Weight decay is L2 on the batch's rows (g + decay * w before the rule), as FBGEMM's L2 mode: Paddle's
 // optimizers add theirs to a sparse gradient densely, so that every row moves every step.
 //
+// A low_precision table's rows take the same rules through edo_rows_update: it updates rows decoded out of
+// the table, given their summed gradients, with the table's state indexed by row.
+//
 // A QAT table (fake_formats[t] >= 0) is read through fake quantization: each distinct row of its batch is
 // encoded and decoded once (fake_quant.h), and its entries read those values; its gradient passes straight
 // through to the fp32 master row, so the backward treats it as any other table.
@@ -394,6 +397,30 @@ struct TableRule {
   }
 };
 
+// Table t's rule and hyper-parameters over its two state tensors (checked against the rule, its state format
+// and the table's [rows, dim]); pows: its beta1^t and beta2^t; step: its step count, for the states' rounding.
+TableRule RuleOf(int64_t t, int rule, float learning_rate, float epsilon, float beta1, float beta2, int format,
+                 const paddle::Tensor& state1, const paddle::Tensor& state2, int64_t rows, int64_t dim, float* pows,
+                 int64_t step) {
+  PD_CHECK(rule >= kSgd && rule <= kRowwiseAdam, "table ", t, ": rule ", rule, " is unknown");
+  PD_CHECK(format >= kStateFp32 && format <= kStateInt8, "table ", t, ": state format ", format, " is unknown");
+  TableRule table_rule = {rule, learning_rate, epsilon, beta1, beta2, nullptr, nullptr, pows, format,
+                          MixBits((static_cast<uint64_t>(t) << 40) + static_cast<uint64_t>(step))};
+  const int64_t item = format == kStateFp32 ? 4 : format == kStateInt8 ? 1 : 2;
+  const int64_t want1 = rows * table_rule.RowBytes1(dim) / item, want2 = rows * table_rule.RowBytes2(dim) / item;
+  const paddle::DataType stored = format == kStateFp32 ? paddle::DataType::FLOAT32 :
+                                  format == kStateInt8 ? paddle::DataType::INT8 : paddle::DataType::INT16;
+  PD_CHECK(state1.dtype() == stored && state2.dtype() == stored, "table ", t, ": optimizer states must be ",
+           format == kStateFp32 ? "float32" : format == kStateInt8 ? "int8 (8-bit records)" : "int16 (16-bit floats' bits)");
+  PD_CHECK(want1 == 0 || state1.numel() == want1, "table ", t, ": state 1 holds ", state1.numel(),
+           " values, the rule needs ", want1);
+  PD_CHECK(want2 == 0 || state2.numel() == want2, "table ", t, ": state 2 holds ", state2.numel(),
+           " values, the rule needs ", want2);
+  table_rule.state1 = const_cast<void*>(state1.data());
+  table_rule.state2 = const_cast<void*>(state2.data());
+  return table_rule;
+}
+
 }  // namespace
 
 std::vector<paddle::Tensor> CollectionLookup(const std::vector<paddle::Tensor>& weights,
@@ -470,34 +497,8 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
   int64_t* step_counts = const_cast<int64_t*>(steps.data<int64_t>());
   std::vector<TableRule> table_rules(count);
   for (int64_t t = 0; t < count; ++t) {
-    PD_CHECK(rules[t] >= kSgd && rules[t] <= kRowwiseAdam, "table ", t, ": rule ", rules[t], " is unknown");
-    const int64_t rows = tables.rows[t], dim = tables.dim[t];
-    PD_CHECK(state_formats[t] >= kStateFp32 && state_formats[t] <= kStateInt8, "table ", t, ": state format ",
-             state_formats[t], " is unknown");
-    TableRule& table_rule = table_rules[t];
-    table_rule = {rules[t], learning_rates[t], epsilons[t], beta1s[t], beta2s[t], nullptr, nullptr, pows + 2 * t,
-                  state_formats[t], MixBits((static_cast<uint64_t>(t) << 40) + static_cast<uint64_t>(step_counts[t]))};
-    const int format = state_formats[t];
-    const int64_t item = format == kStateFp32 ? 4 : format == kStateInt8 ? 1 : 2;
-    const int64_t want1 = rows * table_rule.RowBytes1(dim) / item, want2 = rows * table_rule.RowBytes2(dim) / item;
-    const paddle::DataType stored = format == kStateFp32 ? paddle::DataType::FLOAT32 :
-                                    format == kStateInt8 ? paddle::DataType::INT8 : paddle::DataType::INT16;
-    PD_CHECK(states1[t].dtype() == stored && states2[t].dtype() == stored, "table ", t, ": optimizer states must be ",
-             format == kStateFp32 ? "float32" : format == kStateInt8 ? "int8 (8-bit records)" : "int16 (16-bit floats' bits)");
-    PD_CHECK(want1 == 0 || states1[t].numel() == want1, "table ", t, ": state 1 holds ", states1[t].numel(),
-             " values, the rule needs ", want1);
-    PD_CHECK(want2 == 0 || states2[t].numel() == want2, "table ", t, ": state 2 holds ", states2[t].numel(),
-             " values, the rule needs ", want2);
-    if (format == kStateFp32) {
-      table_rule.state1 = const_cast<float*>(states1[t].data<float>());
-      table_rule.state2 = const_cast<float*>(states2[t].data<float>());
-    } else if (format == kStateInt8) {
-      table_rule.state1 = const_cast<int8_t*>(states1[t].data<int8_t>());
-      table_rule.state2 = const_cast<int8_t*>(states2[t].data<int8_t>());
-    } else {
-      table_rule.state1 = const_cast<int16_t*>(states1[t].data<int16_t>());
-      table_rule.state2 = const_cast<int16_t*>(states2[t].data<int16_t>());
-    }
+    table_rules[t] = RuleOf(t, rules[t], learning_rates[t], epsilons[t], beta1s[t], beta2s[t], state_formats[t],
+                            states1[t], states2[t], tables.rows[t], tables.dim[t], pows + 2 * t, step_counts[t]);
   }
   const std::string bad = FirstBadId(tables, ids);
   PD_CHECK(bad.empty(), bad);
@@ -532,6 +533,50 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
     }
   }
   return {touched};
+}
+
+// Applies one table's rule to rows decoded out of it (a low_precision table's, which holds no fp32 rows):
+// rows[u] (float32 [n, dim], updated in place) is table row ids[u] (distinct), grad[u] its summed gradient;
+// the states are the table's [table_rows, ...], indexed by ids, and the step counts advance as a
+// collection's do. The padding row (negative: none) is left alone. Returns the number of rows updated.
+std::vector<paddle::Tensor> RowsUpdate(const paddle::Tensor& rows, const paddle::Tensor& grad, const paddle::Tensor& ids,
+                                       const paddle::Tensor& state1, const paddle::Tensor& state2,
+                                       const paddle::Tensor& beta_pows, const paddle::Tensor& steps,
+                                       int64_t table_rows, int64_t padding, int rule, float learning_rate,
+                                       float epsilon, float beta1, float beta2, float weight_decay, int state_format) {
+  PD_CHECK(rows.is_cpu() && rows.dtype() == paddle::DataType::FLOAT32 && rows.shape().size() == 2,
+           "rows must be float32 [n, dim] on the CPU");
+  const int64_t n = rows.shape()[0], dim = rows.shape()[1];
+  PD_CHECK(grad.is_cpu() && grad.dtype() == paddle::DataType::FLOAT32 && grad.numel() == n * dim,
+           "the rows' gradient must be float32 [", n, ", ", dim, "]");
+  PD_CHECK(ids.is_cpu() && ids.dtype() == paddle::DataType::INT64 && ids.numel() == n, "ids must be int64 [", n, "]");
+  PD_CHECK(beta_pows.dtype() == paddle::DataType::FLOAT32 && beta_pows.numel() == 2, "beta_pows must be float32 [1, 2]");
+  PD_CHECK(steps.dtype() == paddle::DataType::INT64 && steps.numel() == 1, "steps must be int64 [1]");
+  const int64_t* id = ids.data<int64_t>();
+  for (int64_t u = 0; u < n; ++u) {
+    PD_CHECK(id[u] >= 0 && id[u] < table_rows, "row ", id[u], " is outside [0, ", table_rows, ")");
+  }
+  float* pows = const_cast<float*>(beta_pows.data<float>());
+  int64_t* step = const_cast<int64_t*>(steps.data<int64_t>());
+  const TableRule table_rule = RuleOf(0, rule, learning_rate, epsilon, beta1, beta2, state_format, state1, state2,
+                                      table_rows, dim, pows, *step);
+  float* values = const_cast<float*>(rows.data<float>());
+  std::vector<float> sum(dim), scratch;
+  const float* g = grad.data<float>();
+  if (rule == kAdam && n > 0) AdvanceStepCounts(pows, beta1, beta2);
+  int64_t updated = 0;
+  for (int64_t u = 0; u < n; ++u) {
+    if (id[u] == padding) continue;
+    float* p = values + u * dim;
+    for (int64_t d = 0; d < dim; ++d) sum[d] = g[u * dim + d] + (weight_decay != 0.0f ? weight_decay * p[d] : 0.0f);
+    table_rule.Update(p, sum.data(), id[u], dim, &scratch);
+    ++updated;
+  }
+  if (rule == kRowwiseAdam && n > 0) AdvanceStepCounts(pows, beta1, beta2);
+  if (n > 0) ++*step;
+  paddle::Tensor count = paddle::empty({1}, paddle::DataType::INT64, paddle::CPUPlace());
+  *count.data<int64_t>() = updated;
+  return {count};
 }
 
 std::vector<std::vector<int64_t>> CollectionLookupShape(const std::vector<std::vector<int64_t>>& weights,
@@ -571,3 +616,10 @@ PD_BUILD_OP(edo_collection_update)
             "epsilons: std::vector<float>", "beta1s: std::vector<float>", "beta2s: std::vector<float>",
             "weight_decays: std::vector<float>", "state_formats: std::vector<int>"})
     .SetKernelFn(PD_KERNEL(CollectionUpdate));
+
+PD_BUILD_OP(edo_rows_update)
+    .Inputs({"Rows", "Grad", "Ids", "State1", "State2", "BetaPows", "Steps"})
+    .Outputs({"Updated"})
+    .Attrs({"table_rows: int64_t", "padding: int64_t", "rule: int", "learning_rate: float", "epsilon: float",
+            "beta1: float", "beta2: float", "weight_decay: float", "state_format: int"})
+    .SetKernelFn(PD_KERNEL(RowsUpdate));

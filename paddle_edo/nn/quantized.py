@@ -11,6 +11,7 @@ from ..compat import sparse_gradient
 from ..errors import EdoRuntimeError, EdoValueError
 from ..kernels import fused_ops, ids_checked_by_kernel, kernels_serve
 from ..keyed_random import keyed_normal, rounding_noise
+from ..optim.states import TableStates
 from ..quant import codecs
 from ..quant.formats import FORMATS, QuantFormat, get_format
 from ..runtime import release_freed_memory
@@ -150,26 +151,33 @@ class QuantizedEmbedding(EmbeddingBase):
         return chunk
 
     def _store(self, weight: paddle.Tensor | None, frequencies: np.ndarray | None = None) -> None:
-        """Encode fp32 rows (or a fresh normal initialisation) chunk by chunk into packed buffers; given
-        rows, record how far the packed rows are from them (``packing_error``)."""
+        """Encode fp32 rows (or a fresh normal initialisation) chunk by chunk into packed buffers allocated
+        once (a table's codes are never held twice); given rows, record how far the packed rows are from
+        them (``packing_error``)."""
         if weight is not None:
             check_quantizable(weight, self.format, self.full_name())
         if weight is None and self.initializer is None:  # one draw, whatever the table's size
             self._init_seed = int(paddle.randint(0, 2 ** 31 - 1, [1]).item())
-        codes, params, errors = [], [], []
+        codes = params = None
+        errors = []
         with paddle.no_grad():
             for start in range(0, self.num_embeddings, ENCODE_CHUNK_ROWS):
                 stop = min(start + ENCODE_CHUNK_ROWS, self.num_embeddings)
                 chunk = self._source_chunk(weight, start, stop)
                 chunk_codes, chunk_params = self._encode(chunk)
-                codes.append(chunk_codes)
-                params.append(chunk_params)
+                if codes is None:
+                    codes = paddle.empty([self.num_embeddings, *chunk_codes.shape[1:]], dtype=chunk_codes.dtype)
+                    if chunk_params is not None:
+                        params = paddle.empty([self.num_embeddings, *chunk_params.shape[1:]], dtype=chunk_params.dtype)
+                codes[start:stop] = chunk_codes
+                if params is not None:
+                    params[start:stop] = chunk_params
                 if weight is not None:
                     decoded = codecs.decode(chunk_codes, chunk_params, self.format, self.embedding_dim)
                     errors.append(relative_row_errors(chunk, decoded))
-        self.register_buffer(self.codes_name, paddle.concat(codes) if len(codes) > 1 else codes[0])
-        if params[0] is not None:
-            self.register_buffer(self.params_name, paddle.concat(params) if len(params) > 1 else params[0])
+        self.register_buffer(self.codes_name, codes)
+        if params is not None:
+            self.register_buffer(self.params_name, params)
         self.packed = True
         if errors:
             self.packing_error = weighted_mean(np.concatenate(errors), frequencies)
@@ -181,11 +189,15 @@ class QuantizedEmbedding(EmbeddingBase):
         return codecs.RANGE_ITERATIONS if searched and self.format.row_params == 2 else 0
 
     def _encode(self, rows: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor | None]:
-        """codecs.encode of fp32 rows (round to nearest) on this table's ranges: by the native kernel for
-        intN rows on the CPU (the same bytes), else by Paddle's composite ops."""
+        """codecs.encode of fp32 rows (round to nearest) on this table's ranges: by the native kernels for
+        intN and 16-bit float rows on the CPU (the same bytes), else by Paddle's composite ops."""
         iterations = self.range_iterations
         if self.format.row_params == 2 and paddle.in_dynamic_mode() and kernels_serve(rows, rows):
             return fused_ops().edo_encode_rows(rows, FORMAT_NUMBERS[self.format.name], iterations)
+        if self.format.is_float and paddle.in_dynamic_mode() and kernels_serve(rows, rows):
+            # the values on the 16-bit grid (rounded as codecs.round_to_float rounds), then a cast that is exact
+            grid = fused_ops().edo_fake_quantize(rows, FORMAT_NUMBERS[self.format.name], 0)
+            return grid.astype(self.format.float_dtype), None
         ranges = codecs.search_range(rows, self.format, iterations) if iterations else None
         return codecs.encode(rows, self.format, ranges=ranges)
 
@@ -291,9 +303,9 @@ class QuantizedEmbedding(EmbeddingBase):
 
     def _lookup_for_update(self, ids: paddle.Tensor) -> paddle.Tensor:
         """Decode each distinct row once as a leaf tensor whose gradient apply_row_updates reads."""
-        if self.row_optimizer is None:
-            raise EdoRuntimeError(f"{self.full_name()}: call configure_row_optimizer('sgd' or 'adagrad') before "
-                                  f"training a low_precision table")
+        if self.row_optimizer is None and getattr(self, "row_trainer", None) is None:
+            raise EdoRuntimeError(f"{self.full_name()}: call configure_row_optimizer('sgd' or 'adagrad'), or give "
+                                  f"the table to a RowTrainer, before training a low_precision table")
         unique, inverse = unique_ids(ids)
         rows = self.decode_rows(unique)
         rows.stop_gradient = False
@@ -325,20 +337,12 @@ class QuantizedEmbedding(EmbeddingBase):
 
     @paddle.no_grad()
     def apply_row_updates(self, learning_rate: float) -> None:
-        """Apply the row gradients of this step's lookups, then re-encode those rows stochastically."""
-        touched = self._touched_with_gradients()
-        self._touched.clear()
-        if not touched:
+        """Apply the row gradients of this step's lookups with the row rule configure_row_optimizer chose,
+        then re-encode those rows stochastically."""
+        merged = self._merged_row_gradients()
+        if merged is None:
             return
-        if len(touched) == 1:  # one lookup: its distinct ids, their decoded rows, one gradient each
-            unique, rows, grad = touched[0]
-            rows = rows.detach()
-        else:
-            ids = paddle.concat([i for i, _, _ in touched])
-            grads = paddle.concat([g for _, _, g in touched])
-            unique, inverse = unique_ids(ids.flatten())  # paddle.unique took 16 s for 1e5 ids on Paddle 3.3.1
-            grad = paddle.zeros([unique.shape[0], self.embedding_dim], dtype="float32").index_add(inverse, 0, grads)
-            rows = self.decode_rows(unique)
+        unique, rows, grad = merged
         if self.padding_idx is not None:
             grad = grad * (unique != self.padding_idx).astype("float32").unsqueeze(-1)
         if self.row_optimizer == "adagrad":
@@ -347,7 +351,39 @@ class QuantizedEmbedding(EmbeddingBase):
             step = grad / (state.sqrt() + ADAGRAD_EPSILON).unsqueeze(-1)
         else:
             step = grad
-        updated = rows - learning_rate * step
+        self._write_rows(unique, rows - learning_rate * step)
+
+    @paddle.no_grad()
+    def apply_table_rule(self, states: TableStates) -> None:
+        """Apply a TableOptimizer's rule (``states``: this table's, e.g. row-wise Adam with 8-bit state) to
+        the rows of this step's lookups, by their summed gradients, then re-encode those rows stochastically
+        (the way a RowTrainer trains a low_precision table)."""
+        merged = self._merged_row_gradients()
+        if merged is None:
+            return
+        unique, rows, grad = merged
+        rows = rows.clone()
+        states.update_rows(rows, unique, grad.astype("float32"), -1 if self.padding_idx is None else self.padding_idx)
+        self._write_rows(unique, rows)
+
+    def _merged_row_gradients(self) -> tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor] | None:
+        """(distinct ids, their decoded rows, their summed gradients) of this step's lookups, forgetting them;
+        None when none received a gradient."""
+        touched = self._touched_with_gradients()
+        self._touched.clear()
+        if not touched:
+            return None
+        if len(touched) == 1:  # one lookup: its distinct ids, their decoded rows, one gradient each
+            unique, rows, grad = touched[0]
+            return unique, rows.detach(), grad
+        ids = paddle.concat([i for i, _, _ in touched])
+        grads = paddle.concat([g for _, _, g in touched])
+        unique, inverse = unique_ids(ids.flatten())  # paddle.unique took 16 s for 1e5 ids on Paddle 3.3.1
+        grad = paddle.zeros([unique.shape[0], self.embedding_dim], dtype="float32").index_add(inverse, 0, grads)
+        return unique, self.decode_rows(unique), grad
+
+    def _write_rows(self, unique: paddle.Tensor, updated: paddle.Tensor) -> None:
+        """Encode updated rows into the table with stochastic rounding."""
         share = getattr(self, "row_share", None)  # a share rounds its rows as the whole table would
         noise = rounding_noise(unique, self.embedding_dim, share.global_ids if share is not None else None)
         if kernels_serve(unique, self.codes):
@@ -409,10 +445,11 @@ class QuantizedEmbedding(EmbeddingBase):
         if embedding["storage_format"] not in LOW_PRECISION_DTYPES:
             raise ConfigError(f"embedding.storage_format = {embedding['storage_format']!r} cannot train in mode 'low_precision' "
                               f"(allowed: {', '.join(LOW_PRECISION_DTYPES)}); use embedding.mode=qat or ptq")
-        if train["optimizer"] not in ROW_OPTIMIZERS:
+        if train["optimizer"] not in ROW_OPTIMIZERS and train["table_optimizer"]["name"] is None:
             raise ConfigError(f"train.optimizer = {train['optimizer']!r} does not work with embedding.mode "
                               f"'low_precision', whose rows are updated by the layer; use one of "
-                              f"{', '.join(repr(o) for o in ROW_OPTIMIZERS)} (adagrad is row-wise: 4 bytes per row)")
+                              f"{', '.join(repr(o) for o in ROW_OPTIMIZERS)} (adagrad is row-wise: 4 bytes per row), "
+                              f"or set train.table_optimizer.name (e.g. rowwise_adam, adam with state_dtype int8)")
         if train["amp"]["enable"]:
             raise ConfigError("train.amp.enable = true does not work with embedding.mode 'low_precision' "
                               "(its row updates read unscaled gradients); turn one of them off")

@@ -1,10 +1,12 @@
 """Tables a collection does not fuse, trained by a TableOptimizer's rule all the same: the parts of
-composite tables (hash, QR, mixed-dimension blocks, clustered tables), and every table of a run whose
-collections are off or whose monitors read table gradients. Each table keeps its own lookup (and its
-sparse row gradient, which monitors read); after the backward pass, ``step()`` applies the rule to the
-rows that gradient names, with the collection's native update (duplicate rows summed in order, as
-Paddle's sparse optimizers merge them), so the same rule and state formats (row-wise, 16-bit, 8-bit) serve
-every fp32 table, and a table's state is the trainer's, not Paddle's optimizer's."""
+composite tables (hash, QR, mixed-dimension blocks, clustered tables), every table of a run whose
+collections are off or whose monitors read table gradients, and low_precision tables. Each table keeps its
+own lookup (and its sparse row gradient, which monitors read); after the backward pass, ``step()`` applies
+the rule to the rows that gradient names, with the collection's native update (duplicate rows summed in
+order, as Paddle's sparse optimizers merge them), so the same rule and state formats (row-wise, 16-bit,
+8-bit) serve every table, and a table's state is the trainer's, not Paddle's optimizer's. A low_precision
+table, which has no fp32 weight, hands over its decoded rows and their summed gradients, and re-encodes
+what the rule makes of them."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -17,24 +19,26 @@ from ..optim import TableOptimizer
 from ..optim.states import TableStates
 from .base import EmbeddingBase
 from .collection import collections_of, fused_layer
+from .quantized import QuantizedEmbedding
 
 
 class RowTrainer:
-    """Applies ``optimizer`` to ``tables`` (name -> fp32 DenseEmbedding, or a ptq / qat table's fp32
-    master) from their gradients: sparse ones by their rows, a dense one (``sparse=False``) to every row.
-    Each table is told it is trained here (``layer.row_trainer``), for the memory report."""
+    """Applies ``optimizer`` to ``tables`` (name -> fp32 DenseEmbedding, a ptq / qat table's fp32 master,
+    or a low_precision QuantizedEmbedding) from their gradients: sparse ones by their rows, a dense one
+    (``sparse=False``) to every row, a low_precision table's to the rows its lookups decoded. Each table is
+    told it is trained here (``layer.row_trainer``), for the memory report and for low_precision lookups."""
 
     def __init__(self, optimizer: TableOptimizer, tables: Mapping[str, EmbeddingBase]) -> None:
         self.optimizer = optimizer
         self.tables = dict(tables)
-        self.states = {name: TableStates(optimizer, {name: tuple(table.weight.shape)}, f"table {name}")
-                       for name, table in self.tables.items()}
+        self.states = {name: TableStates(optimizer, {name: (table.num_embeddings, table.embedding_dim)},
+                                         f"table {name}") for name, table in self.tables.items()}
         for name, table in self.tables.items():
             table.row_trainer = (self, name)
 
     def parameters(self) -> list[paddle.Tensor]:
         """The weights trained here (to leave out of Paddle's optimizer)."""
-        return [table.weight for table in self.tables.values()]
+        return [table.weight for table in self.tables.values() if not _low_precision(table)]
 
     def trained_tables(self) -> list[str]:
         return list(self.tables)
@@ -46,6 +50,9 @@ class RowTrainer:
     def step(self) -> None:
         """Update each table's rows from its gradient (a table without one this step takes no step)."""
         for name, table in self.tables.items():
+            if _low_precision(table):
+                table.apply_table_rule(self.states[name])
+                continue
             rows, values = _row_gradient(table.weight)
             if rows is None:
                 continue
@@ -54,7 +61,8 @@ class RowTrainer:
 
     def clear_grad(self) -> None:
         for table in self.tables.values():
-            table.weight.clear_gradient(False)
+            if not _low_precision(table):  # its decoded rows are let go by its update
+                table.weight.clear_gradient(False)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Every table's state by ``<table>.<state>``, for a checkpoint."""
@@ -81,15 +89,22 @@ def _row_gradient(weight: paddle.Tensor) -> tuple[paddle.Tensor | None, paddle.T
     return paddle.arange(weight.shape[0], dtype="int64"), grad
 
 
-def row_trained_tables(model: paddle.nn.Layer) -> dict[str, EmbeddingBase]:
+def row_trained_tables(model: paddle.nn.Layer, low_precision: bool = False) -> dict[str, EmbeddingBase]:
     """The model's fp32 tables (DenseEmbedding, composites' parts among them, and ptq / qat tables still
-    training an fp32 master) that no collection's bound optimizer trains, by sublayer name."""
+    training an fp32 master) that no collection's bound optimizer trains, by sublayer name; with
+    ``low_precision``, its low_precision tables too."""
     fused = {id(collection[key]) for collection in collections_of(model).values() for key in collection.trained_tables()}
     return {name: layer for name, layer in model.named_sublayers()
-            if fused_layer(layer) and id(layer) not in fused and not layer.weight.stop_gradient}
+            if (fused_layer(layer) and id(layer) not in fused and not layer.weight.stop_gradient)
+            or (low_precision and _low_precision(layer))}
 
 
-def bind_row_trainer(model: paddle.nn.Layer, optimizer: TableOptimizer) -> RowTrainer | None:
-    """A RowTrainer for ``row_trained_tables(model)`` (None when there are none)."""
-    tables = row_trained_tables(model)
+def bind_row_trainer(model: paddle.nn.Layer, optimizer: TableOptimizer, low_precision: bool = False
+                     ) -> RowTrainer | None:
+    """A RowTrainer for ``row_trained_tables(model, low_precision)`` (None when there are none)."""
+    tables = row_trained_tables(model, low_precision)
     return RowTrainer(optimizer, tables) if tables else None
+
+
+def _low_precision(layer: paddle.nn.Layer) -> bool:
+    return isinstance(layer, QuantizedEmbedding) and layer.mode == "low_precision"

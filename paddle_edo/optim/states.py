@@ -19,6 +19,7 @@ class TableStates:
 
     def __init__(self, optimizer: TableOptimizer, shapes: Mapping[str, tuple[int, int]], owner: str) -> None:
         self.optimizer, self.owner = optimizer, owner
+        self.shapes = dict(shapes)
         self.states: dict[str, tuple[paddle.Tensor, paddle.Tensor]] = {}
         for key, (rows, dim) in shapes.items():
             first, second = optimizer.state_shapes(rows, dim)
@@ -94,3 +95,16 @@ class TableStates:
             [optimizer.rule] * count, [float(optimizer.learning_rate)] * count, [float(optimizer.epsilon)] * count,
             [float(optimizer.beta1)] * count, [float(optimizer.beta2)] * count, [float(optimizer.weight_decay)] * count,
             [optimizer.state_format] * count)
+
+    def update_rows(self, rows: paddle.Tensor, ids: paddle.Tensor, grad: paddle.Tensor, padding: int = -1) -> None:
+        """Apply the rule to rows held outside a weight tensor (a low_precision table's, decoded), for a state
+        of one table: ``rows`` (float32 [n, dim], updated in place) are its rows ``ids`` (int64 [n], distinct),
+        ``grad`` their summed gradients; the padding row is left alone (collection.cc: RowsUpdate)."""
+        if len(self.states) != 1:
+            raise EdoValueError(f"{self.owner}: update_rows serves the state of one table, not {len(self.states)}")
+        optimizer = self.optimizer
+        (first, second), ((table_rows, _),) = next(iter(self.states.values())), self.shapes.values()
+        fused_ops().edo_rows_update(rows, grad, ids, first, second, self.beta_pows, self.steps, table_rows, padding,
+                                    optimizer.rule, float(optimizer.learning_rate), float(optimizer.epsilon),
+                                    float(optimizer.beta1), float(optimizer.beta2), float(optimizer.weight_decay),
+                                    optimizer.state_format)

@@ -107,3 +107,30 @@ def test_a_table_rule_is_refused_on_parameter_servers():
     with pytest.raises(ConfigError, match="train.table_optimizer.state_dtype = 'int8' cannot apply with "
                                           "distributed.mode = 'ps': the servers hold the tables"):
         load_config(base={"distributed": {"mode": "ps"}, "train": {"table_optimizer": {"state_dtype": "int8"}}})
+
+
+def test_low_precision_tables_take_a_named_table_rule_and_resume_it(synthetic_config):
+    """With train.table_optimizer.name set (here 8-bit Adam, which train.optimizer's row rules lack), a
+    low_precision table trains by rows with it: its state is counted as held and estimated, checkpointed,
+    and a resume restores it exactly."""
+    from paddle_edo.engine import Engine
+    config = synthetic_config(table_optimizer={"name": "adam", "state_dtype": "int8"}, epochs=1)
+    config["embedding"].update({"type": "quantized", "mode": "low_precision", "storage_format": "int8"})
+    engine = Engine(config)
+    assert engine.row_tables == []
+    tables = engine.row_trainer.tables
+    assert {f"embeddings.{f.name}" for f in engine.fields} <= set(tables)
+    start = {name: table.codes.numpy().copy() for name, table in tables.items()}
+    engine.train_epochs(validate=False)
+    assert all(not np.array_equal(table.codes.numpy(), start[name]) for name, table in tables.items())
+    for table in engine.memory_report().tables:
+        assert table.optimizer == "adam (by rows)"
+        per_row = table.dim + 4 if table.dim > 1 else 4  # 8-bit codes and a scale; a single value in fp32
+        assert table.optimizer_estimated_bytes == table.optimizer_held_bytes == table.rows * per_row * 2 + 16
+    state = engine.row_trainer.state_dict()
+    path = engine.save()
+    resumed = Engine(config)
+    resumed.load(path)
+    assert sorted(resumed.row_trainer.state_dict()) == sorted(state)
+    for key, value in state.items():
+        np.testing.assert_array_equal(resumed.row_trainer.state_dict()[key], value, err_msg=key)

@@ -256,3 +256,23 @@ def test_half_outputs_keep_their_dtype_under_sot_and_for_an_empty_batch(output_d
         optimizer.clear_grad()
         assert layer(empty).dtype == getattr(paddle, output_dtype)
     assert not np.array_equal(qat.weight.numpy(), before)
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16", "int8", "int4"])
+def test_packing_by_the_native_kernels_gives_the_composite_codecs_bytes(name):
+    """Rows packed on the CPU (native encode) hold the values codecs.encode makes, from rows of 1e-9 to 1e4
+    (below fp16's smallest step too, where a negative value may round to +0 where the composite ops give -0)."""
+    from paddle_edo.kernels import fused_ops
+    from paddle_edo.quant import codecs
+    from paddle_edo.quant.formats import get_format
+    if fused_ops() is None:
+        pytest.skip("the native kernels cannot be built here")
+    rng = np.random.default_rng(4)
+    rows = (rng.normal(0, 1, [300, 24]) * 10.0 ** rng.integers(-9, 4, [300, 1])).astype("float32")
+    rows[0, :3] = [6.5e4, -6.5e4, 6e-9]
+    table = QuantizedEmbedding.from_embedding(paddle.nn.Embedding(300, 24, weight_attr=paddle.ParamAttr(
+        initializer=paddle.nn.initializer.Assign(rows))), name, row_range="min_max")
+    codes, params = codecs.encode(paddle.to_tensor(rows), get_format(name))
+    np.testing.assert_array_equal(table.codes.numpy().astype(np.float32), codes.numpy().astype(np.float32))
+    if params is not None:
+        np.testing.assert_array_equal(table.row_params.numpy(), params.numpy())

@@ -6,7 +6,7 @@ import pytest
 
 from paddle_edo.errors import EdoValueError
 from paddle_edo.kernels import fused_ops
-from paddle_edo.nn import DenseEmbedding, HashEmbedding, MixedDimEmbedding, QREmbedding
+from paddle_edo.nn import DenseEmbedding, HashEmbedding, MixedDimEmbedding, QREmbedding, QuantizedEmbedding
 from paddle_edo.nn.row_trainer import RowTrainer, bind_row_trainer, row_trained_tables
 from paddle_edo.optim import TableOptimizer
 
@@ -89,3 +89,77 @@ def test_composite_tables_train_their_parts_by_rows_and_resume_exactly(rule, sta
     assert trainer.state_held_bytes("qr.quotient") == optimizer.state_bytes(*resumed.qr.quotient.weight.shape)
     with pytest.raises(EdoValueError, match="belongs to no table trained by rows"):
         trainer.load({**saved_state, "other.state1": np.zeros(1)}, "test")
+
+
+@pytest.mark.parametrize("rule, state_dtype", [("sgd", "float32"), ("adagrad", "bfloat16"), ("rowwise_adagrad", "float32"),
+                                               ("adam", "int8"), ("adam", "float32"), ("rowwise_adam", "int8")])
+def test_a_low_precision_table_takes_the_rule_as_an_fp32_table_of_its_rows_does(rule, state_dtype):
+    """Each step, the rows a low_precision table re-encodes are, bit for bit, what the rule makes of an fp32
+    table holding its decoded rows, and the two states are the same bytes."""
+    paddle.seed(0)
+    packed = QuantizedEmbedding(50, 8, "int8", "low_precision", padding_idx=0)
+    dense = DenseEmbedding(50, 8, padding_idx=0)
+    optimizer = TableOptimizer(rule, 0.05, state_dtype=state_dtype)
+    by_rows, reference = RowTrainer(optimizer, {"t": packed}), RowTrainer(optimizer, {"t": dense})
+    assert by_rows.parameters() == [] and packed.row_trainer == (by_rows, "t")
+    written, write = [], packed._write_rows
+    packed._write_rows = lambda ids, rows: (written.append((ids.numpy(), rows.numpy().copy())), write(ids, rows))
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        paddle.assign(packed.decode_rows(paddle.arange(50)), dense.weight)
+        ids = rng.integers(0, 50, [16, 3])
+        ids[0, 0] = 0
+        ids = paddle.to_tensor(ids)
+        target = paddle.to_tensor(rng.normal(size=[16, 3, 8]).astype("float32"))
+        for layer, trainer in ((packed, by_rows), (dense, reference)):
+            ((layer(ids) - target) ** 2).mean().backward()
+            trainer.step()
+            trainer.clear_grad()
+        rows, values = written[-1]
+        assert 0 in rows  # the padding row is looked up, and left as it is
+        np.testing.assert_array_equal(values[rows == 0], 0)
+        np.testing.assert_array_equal(values, dense.weight.numpy()[rows])
+        state, expected = by_rows.state_dict(), reference.state_dict()
+        assert sorted(state) == sorted(expected)
+        for key in state:
+            np.testing.assert_array_equal(state[key], expected[key], err_msg=key)
+    assert by_rows.state_held_bytes("t") == optimizer.state_bytes(50, 8)
+
+
+def test_low_precision_tables_join_a_row_trainer_when_asked_and_resume_exactly():
+    def model():
+        paddle.seed(3)
+        layer = paddle.nn.Layer()
+        layer.packed = QuantizedEmbedding(300, 16, "fp16", "low_precision")
+        layer.dense = DenseEmbedding(300, 16)
+        return layer
+
+    def train(layer, trainer, batches, first):
+        for step, ids in enumerate(batches, first):
+            paddle.seed(100 + step)  # the rounding noise of each step, as the engine draws it
+            out = layer.packed(ids) * layer.dense(ids)
+            (out * out).sum().backward()
+            trainer.step()
+            trainer.clear_grad()
+
+    rng = np.random.default_rng(2)
+    batches = [paddle.to_tensor(rng.integers(0, 300, 64)) for _ in range(4)]
+    optimizer = TableOptimizer("adam", 0.01, state_dtype="int8")
+    assert sorted(row_trained_tables(model())) == ["dense"]
+    whole = model()
+    assert sorted(row_trained_tables(whole, low_precision=True)) == ["dense", "packed"]
+    start = whole.packed.codes.numpy().copy()
+    train(whole, bind_row_trainer(whole, optimizer, low_precision=True), batches, 0)
+    assert not np.array_equal(whole.packed.codes.numpy(), start)
+    first = model()
+    trainer = bind_row_trainer(first, optimizer, low_precision=True)
+    train(first, trainer, batches[:2], 0)
+    saved, state = {k: v.numpy().copy() for k, v in first.state_dict().items()}, trainer.state_dict()
+    assert state["packed.state1"].dtype == np.int8 and state["packed.state1"].shape == (300, 16 + 4)
+    resumed = model()
+    resumed.set_state_dict({k: paddle.to_tensor(v) for k, v in saved.items()})
+    trainer = bind_row_trainer(resumed, optimizer, low_precision=True)
+    trainer.load(state, "test")
+    train(resumed, trainer, batches[2:], 2)
+    for key, value in whole.state_dict().items():
+        np.testing.assert_array_equal(resumed.state_dict()[key].numpy(), value.numpy(), err_msg=key)
