@@ -28,7 +28,9 @@ CONFIGS = {
     "fp16 low_precision + 8-bit Adam": ("fp16_adam8", 2 + 2),
     "cached, mmap host store + Adam": ("cached_mmap_adam", 0),
 }
-DISK_BYTES_PER_VALUE = {"cached_mmap_adam": 3 * 4}  # the host file: each row with Adam's two moments, fp32
+# the host files at their largest: the weight-only file the table starts in, and the one with Adam's two moments
+# beside each row that binding the optimizer copies it into (fp32)
+DISK_BYTES_PER_VALUE = {"cached_mmap_adam": (1 + 3) * 4}
 DISK_MARGIN = 8 * 2**30  # left free on the disk the table files go to
 ENV = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": str(ROOT)}
 

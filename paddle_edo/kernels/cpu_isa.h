@@ -8,13 +8,16 @@
 
 namespace edo {
 
-enum class Isa { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };  // AVX2 with FMA and F16C; AVX-512 F and BW on top
+enum class Isa { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };  // AVX2 with FMA and F16C; AVX-512 F, BW, DQ, VL on top
 
 inline Isa ProcessorIsa() {
   if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))) {
     return Isa::kPortable;
   }
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") ? Isa::kAvx512 : Isa::kAvx2;
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                 __builtin_cpu_supports("avx512vl")
+             ? Isa::kAvx512
+             : Isa::kAvx2;
 }
 
 inline Isa KernelIsa() {

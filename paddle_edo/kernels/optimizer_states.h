@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu_isa.h"
+
 namespace {
 
 enum StateFormat { kStateFp32 = 0, kStateBf16 = 1, kStateFp16 = 2, kStateInt8 = 3 };
@@ -107,27 +109,94 @@ inline float Int8Largest() {
   return 1.0f - 1.0f / static_cast<float>(2 << M);
 }
 
-template <int M>
-inline float Int8Value(uint32_t code) {
-  if (code == 0) return 0.0f;
-  return BitsFloat((((code >> M) + 111u) << 23) | ((code & ((1u << M) - 1u)) << (23 - M)));
+// The 8-bit codes of a row's magnitudes y in [0, Int8Largest<M>()] (its values over its scale), stochastically
+// rounded: at or above the smallest normal value 2^-15 the code's mantissa is rounded up with probability the
+// dropped fraction; below it a signed state's value rounds to that smallest code or to zero in proportion,
+// and a sum of squares' root rounds up to it (never to zero). Written without branches so that the compiler
+// vectorizes them (the 64-bit hash of the rounding's random bits too: vpmullq with AVX-512 DQ), compiled for
+// each instruction set the kernels take (cpu_isa.h); every path gives the same bits. Value d of a row draws
+// its random bits from place + 2 d.
+template <int M, bool kSigned>
+__attribute__((always_inline)) inline void EncodeInt8Codes(const float* values, int64_t width, float inverse,
+                                                            uint64_t place, uint8_t* codes) {
+  constexpr uint32_t kDropped = (1u << (23 - M)) - 1u, kTop = (16u << M) - 1u, kSmallest = 1u << M;
+  const uint32_t largest_code = FloatBits(Int8Largest<M>());
+  for (int64_t d = 0; d < width; ++d) {
+    const float value = values[d];
+    const uint64_t random = MixBits((place + 2 * static_cast<uint64_t>(d)) * 0x9E3779B97F4A7C15ULL ^ FloatBits(value));
+    // y = |value| x inverse is +0, positive or NaN, so its bits order as it does (a NaN's above every number):
+    // clamped as integers, a NaN takes the largest code, as fmin gives it, and no float comparison sits in a
+    // branch (one that could trap keeps the compiler from vectorizing)
+    uint32_t bits = FloatBits(std::fabs(value) * inverse);
+    bits = bits < largest_code ? bits : largest_code;
+    const uint32_t low = static_cast<uint32_t>(random);
+    uint32_t normal = ((bits + (low & kDropped)) >> (23 - M)) - (111u << M);
+    normal = normal > kTop ? kTop : normal;
+    // below 2^-15: the smallest code or zero (bitwise ands, not branches)
+    uint32_t rounds_up = static_cast<uint32_t>(bits != 0);
+    if (kSigned) {
+      const float uniform = static_cast<float>(static_cast<int32_t>(low & 0xFFFFFFu)) * 5.9604644775390625e-08f;
+      rounds_up &= static_cast<uint32_t>(uniform < BitsFloat(bits) * 32768.0f);
+    }
+    uint32_t code = bits >= (112u << 23) ? normal : rounds_up * kSmallest;
+    if (kSigned) code |= (static_cast<uint32_t>(value < 0.0f) & static_cast<uint32_t>(code != 0)) << 7;
+    codes[d] = static_cast<uint8_t>(code);
+  }
 }
 
-// The code of magnitude y in [0, Int8Largest<M>()], stochastically rounded; below the smallest normal
-// value 2^-15, ``keep_positive`` rounds up to it, otherwise to it or to zero in proportion.
-template <int M>
-inline uint32_t Int8Code(float y, uint64_t random, bool keep_positive) {
-  const uint32_t bits = FloatBits(y);
-  if (bits >= (112u << 23)) {
-    const uint32_t dropped = (1u << (23 - M)) - 1u;
-    const uint32_t code = ((bits + static_cast<uint32_t>(random & dropped)) >> (23 - M)) - (111u << M);
-    return code > (16u << M) - 1u ? (16u << M) - 1u : code;
+template <int M, bool kSigned>
+__attribute__((always_inline)) inline void DecodeInt8Codes(const uint8_t* codes, int64_t width, float scale,
+                                                            float* out) {
+  for (int64_t d = 0; d < width; ++d) {
+    const uint32_t code = kSigned ? codes[d] & 0x7Fu : codes[d];
+    const float magnitude = (code != 0 ? BitsFloat((((code >> M) + 111u) << 23) | ((code & ((1u << M) - 1u)) << (23 - M)))
+                                       : 0.0f) * scale;
+    out[d] = kSigned && (codes[d] & 0x80u) ? -magnitude : magnitude;
   }
-  if (y <= 0.0f) return 0;
-  if (keep_positive) return 1u << M;
-  const float uniform = static_cast<float>(random & 0xFFFFFFu) * 5.9604644775390625e-08f;  // [0, 1)
-  return uniform < y * 32768.0f ? 1u << M : 0u;
 }
+
+// A row's largest magnitude (NaNs passed over, as fmax passes them), found on the magnitudes' bits, which
+// order as the magnitudes do: an integer maximum the compiler vectorizes, where a float one needs NaN rules.
+__attribute__((always_inline)) inline float LargestMagnitude(const float* values, int64_t width) {
+  uint32_t largest = 0;
+  for (int64_t d = 0; d < width; ++d) {
+    uint32_t magnitude = FloatBits(values[d]) & 0x7FFFFFFFu;
+    magnitude = magnitude > 0x7F800000u ? 0u : magnitude;
+    largest = magnitude > largest ? magnitude : largest;
+  }
+  return BitsFloat(largest);
+}
+
+// A row's codes and scale, stored (one path per instruction set, the same bits).
+#define EDO_STORE_INT8_ROW(suffix, target)                                                                        \
+  target inline void StoreInt8Codes##suffix(int8_t* record, const float* values, int64_t width, bool is_signed,   \
+                                            uint64_t place) {                                                   \
+    const float largest = LargestMagnitude(values, width);                                                       \
+    const float scale = largest / (is_signed ? Int8Largest<3>() : Int8Largest<4>());                             \
+    const float inverse = largest > 0.0f ? 1.0f / scale : 0.0f;                                                  \
+    uint8_t* codes = reinterpret_cast<uint8_t*>(record);                                                         \
+    if (is_signed) {                                                                                             \
+      EncodeInt8Codes<3, true>(values, width, inverse, place, codes);                                            \
+    } else {                                                                                                     \
+      EncodeInt8Codes<4, false>(values, width, inverse, place, codes);                                           \
+    }                                                                                                            \
+    std::memcpy(record + width, &scale, sizeof(scale));                                                          \
+  }                                                                                                              \
+  target inline void LoadInt8Codes##suffix(const int8_t* record, int64_t width, bool is_signed, float* out) {     \
+    float scale;                                                                                                 \
+    std::memcpy(&scale, record + width, sizeof(scale));                                                          \
+    const uint8_t* codes = reinterpret_cast<const uint8_t*>(record);                                             \
+    if (is_signed) {                                                                                             \
+      DecodeInt8Codes<3, true>(codes, width, scale, out);                                                        \
+    } else {                                                                                                     \
+      DecodeInt8Codes<4, false>(codes, width, scale, out);                                                       \
+    }                                                                                                            \
+  }
+
+EDO_STORE_INT8_ROW(Portable, )
+EDO_STORE_INT8_ROW(Avx2, __attribute__((target("avx2,fma,f16c"))))
+EDO_STORE_INT8_ROW(Avx512, __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl"))))
+#undef EDO_STORE_INT8_ROW
 
 // One row's ``width`` values from their 8-bit record (signed: sign and e4m3; else e4m4; one value: fp32).
 inline void LoadInt8Row(const int8_t* record, int64_t width, bool is_signed, float* out) {
@@ -135,16 +204,12 @@ inline void LoadInt8Row(const int8_t* record, int64_t width, bool is_signed, flo
     std::memcpy(out, record, sizeof(float));
     return;
   }
-  float scale;
-  std::memcpy(&scale, record + width, sizeof(scale));
-  const uint8_t* codes = reinterpret_cast<const uint8_t*>(record);
-  for (int64_t d = 0; d < width; ++d) {
-    if (is_signed) {
-      const float magnitude = Int8Value<3>(codes[d] & 0x7Fu) * scale;
-      out[d] = codes[d] & 0x80u ? -magnitude : magnitude;
-    } else {
-      out[d] = Int8Value<4>(codes[d]) * scale;
-    }
+  if (edo::HasAvx512()) {
+    LoadInt8CodesAvx512(record, width, is_signed, out);
+  } else if (edo::HasAvx2()) {
+    LoadInt8CodesAvx2(record, width, is_signed, out);
+  } else {
+    LoadInt8CodesPortable(record, width, is_signed, out);
   }
 }
 
@@ -154,22 +219,13 @@ inline void StoreInt8Row(int8_t* record, const float* values, int64_t width, boo
     std::memcpy(record, values, sizeof(float));
     return;
   }
-  float largest = 0.0f;
-  for (int64_t d = 0; d < width; ++d) largest = std::fmax(largest, std::fabs(values[d]));
-  const float scale = largest / (is_signed ? Int8Largest<3>() : Int8Largest<4>());
-  const float inverse = largest > 0.0f ? 1.0f / scale : 0.0f;
-  uint8_t* codes = reinterpret_cast<uint8_t*>(record);
-  for (int64_t d = 0; d < width; ++d) {
-    const uint64_t random = MixBits((place + 2 * static_cast<uint64_t>(d)) * 0x9E3779B97F4A7C15ULL ^ FloatBits(values[d]));
-    const float y = std::fabs(values[d]) * inverse;
-    if (is_signed) {
-      const uint32_t code = Int8Code<3>(std::fmin(y, Int8Largest<3>()), random, false);
-      codes[d] = static_cast<uint8_t>(code | (values[d] < 0.0f && code != 0 ? 0x80u : 0u));
-    } else {
-      codes[d] = static_cast<uint8_t>(Int8Code<4>(std::fmin(y, Int8Largest<4>()), random, true));
-    }
+  if (edo::HasAvx512()) {
+    StoreInt8CodesAvx512(record, values, width, is_signed, place);
+  } else if (edo::HasAvx2()) {
+    StoreInt8CodesAvx2(record, values, width, is_signed, place);
+  } else {
+    StoreInt8CodesPortable(record, values, width, is_signed, place);
   }
-  std::memcpy(record + width, &scale, sizeof(scale));
 }
 
 }  // namespace

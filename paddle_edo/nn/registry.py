@@ -36,6 +36,9 @@ AUTO_OPTIONS: dict[str, Option] = {
     "reserve": Option(0.3, (float, str), doc="share (or size) of device_memory kept for everything else"),
     "methods": Option(None, list, item_kind=str, nullable=True, doc="the methods the planner may choose "
                                                                     "(default: all; see paddle_edo.planner)"),
+    "budget_for": Option("serving", str, choices=("serving", "training"),
+                         doc="what the budget holds: the trained tables (serving), or training's tables, their "
+                             "optimizer state and a step's row gradients (the plan picks the table rule's state too)"),
 }
 TABLE_KEYS_FIXED = ("dim", "sparse", "tables", "collection")  # one width, gradient kind and lookup for all tables
 RENAMED_KEYS = {"dtype": "storage_format"}  # old config spellings, accepted for one release

@@ -38,14 +38,16 @@ from ..data import CTRTable, Splits, count_frequencies, load_dataset
 from ..engine import Engine
 from ..memory import format_bytes, held_bytes, text_table
 from ..nn import TableSpec
-from ..nn.base import embedding_layers
+from ..nn.base import EmbeddingBase, embedding_layers
 from ..nn.registry import AUTO
+from ..optim import TableOptimizer
 from ..quant.codecs import FLOAT_MAX
 from ..schema import ConfigError
 from .candidates import HASH_FRACTIONS, PACKED_FORMATS, Candidate, check_methods, table_candidates
 from .choice import Option, choose
 from .divergence import Probe
 from .surrogates import fitted_table
+from .training import PURPOSES, rule_label, rule_section, state_rules, trained_parts, training_candidate, with_state
 
 logger = logging.getLogger("paddle_edo")
 
@@ -84,6 +86,8 @@ class Plan:
     config: dict[str, Any]
     checks: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    rule: TableOptimizer | None = None  # a training plan's table rule (its state is in each choice's bytes)
+    gradient_bytes: int = 0             # and the row gradients a step may hold, outside the choices
 
     @property
     def bytes(self) -> int:
@@ -104,6 +108,10 @@ class Plan:
                  format_bytes(c.bytes), f"{c.cost:.2e}") for c in self.choices]
         rows.append(("total", "", "", format_bytes(self.fp32_bytes), format_bytes(self.bytes), f"{self.cost:.2e}"))
         lines = text_table(header, rows, left=(0, 1, 2))
+        if self.rule is not None:
+            lines.append(f"training: each table (fp32 and planned) with the optimizer state of the table rule "
+                         f"{rule_label(self.rule)}; besides, {format_bytes(self.gradient_bytes)} of row gradients a "
+                         f"step at most")
         lines.append(f"budget {format_bytes(self.budget)}: the plan holds {self.bytes / self.fp32_bytes:.1%} of the "
                      f"fp32 bytes ({self.fp32_bytes / self.bytes:.1f}x fewer); the smallest reachable is "
                      f"{format_bytes(self.smallest_bytes)}; planned in {self.seconds:.1f} s")
@@ -134,14 +142,20 @@ def budget_of(embedding: dict[str, Any]) -> tuple[int, bool]:
 
 def plan_tables(config: dict[str, Any], budget: int | str | None = None, *, device_memory: int | str | None = None,
                 reserve: float | str = 0.3, methods: list[str] | None = None, checks: bool = True,
-                sample_rows: int = 1024, splits: Splits | None = None,
+                sample_rows: int = 1024, splits: Splits | None = None, purpose: str | None = None,
                 progress: Callable[[str], None] = logger.info) -> Plan:
     """Plan the tables of a validated ``config`` for ``budget`` bytes (or a ``device_memory`` less its
-    ``reserve``; both default to the config's own ``embedding.type: auto`` section). The budget holds the
-    tables as trained and packed, as the memory report counts them; with ``device_memory`` the host may
-    keep cached tables' rows. Raises ConfigError when no plan fits, saying the smallest reachable size."""
+    ``reserve``; both default to the config's own ``embedding.type: auto`` section). With ``purpose``
+    "serving" (the default, or the config's ``embedding.budget_for``) the budget holds the tables as trained
+    and packed, as the memory report counts them; with "training" it holds what training holds: each table
+    in its training format, the table rule's optimizer state and a step's row gradients (planner/training.py;
+    the plan sets ``train.table_optimizer``). With ``device_memory`` the host may keep cached tables' rows.
+    Raises ConfigError when no plan fits, saying the smallest reachable size."""
     started = time.perf_counter()
     embedding = config["embedding"]
+    purpose = purpose or embedding.get("budget_for") or "serving"
+    if purpose not in PURPOSES:
+        raise ConfigError(f"plan_tables: purpose = {purpose!r}; expected one of {', '.join(PURPOSES)}")
     if budget is None and device_memory is None:
         if embedding["type"] != AUTO:
             raise ConfigError("plan_tables needs a budget or a device_memory (or a config with embedding.type: auto)")
@@ -157,19 +171,26 @@ def plan_tables(config: dict[str, Any], budget: int | str | None = None, *, devi
         probe = Engine(_short_run(config, _fp32_embedding(embedding), f"{scratch}/probe", PROBE_SHARE),
                        splits=_short_splits(config, splits, PROBE_SHARE), checkpoints=False)
         probe.train_epochs(validate=False)   # the probe's own sample measures it
-        options = measure_options(probe, allowed, device, sample_rows, progress)
-        chosen = choose(options, limit)
-        smallest = sum(min(o.bytes for o in table) for table in options.values())
+        parts: dict = {} if purpose == "training" else None
+        options = measure_options(probe, allowed, device, sample_rows, progress, parts)
+        rule, gradients = None, 0
+        if purpose == "training":
+            gradients = sum(probe.gradient_peaks.bound(name, layer) for name, layer in embedding_layers(probe.model))
+            rule, options = _training_rule(options, parts, state_rules(config), limit - gradients)
+            config = {**config, "train": {**config["train"], "table_optimizer": rule_section(rule)}}
+        chosen = choose(options, limit - gradients)
+        smallest = sum(min(o.bytes for o in table) for table in options.values()) + gradients
         if chosen is None:
             raise ConfigError(f"budget {limit} bytes ({format_bytes(limit)}) is below the smallest plan these tables "
-                              f"reach, {smallest} bytes ({format_bytes(smallest)}); allowed methods: "
+                              f"reach, {smallest} bytes ({format_bytes(smallest)}"
+                              f"{f', training with {rule_label(rule)}' if rule else ''}); allowed methods: "
                               f"{', '.join(allowed)}")
         shapes = {name: (layer.num_embeddings, layer.embedding_dim) for name, layer in embedding_layers(probe.model)}
         del probe
         _free_finished_runs()
         plans = [("plan", chosen)]
         if checks:
-            plans += _alternatives(options, chosen, {name: rows for name, (rows, _) in shapes.items()}, limit)
+            plans += _alternatives(options, chosen, {name: rows for name, (rows, _) in shapes.items()}, limit - gradients)
         check_results = []
         if len(plans) > 1:
             for index, (label, picked) in enumerate(plans):
@@ -188,14 +209,37 @@ def plan_tables(config: dict[str, Any], budget: int | str | None = None, *, devi
     choices = [Choice(name, *shapes[name], o.candidate.label, o.candidate.section, options[name][0].bytes, o.bytes,
                       o.cost, o.candidate.estimated) for name, o in chosen.items()]
     planned = {**config, "embedding": _planned_embedding(embedding, chosen)}
-    plan = Plan(limit, choices, smallest, _plain(planned), check_results)
+    plan = Plan(limit, choices, smallest, _plain(planned), check_results, rule=rule, gradient_bytes=gradients)
     plan.seconds = time.perf_counter() - started
     return plan
 
 
+def _training_rule(options: dict[str, list[Option]], parts: dict, rules: list[TableOptimizer], limit: int
+                   ) -> tuple[TableOptimizer, dict[str, list[Option]]]:
+    """The table rule of a training plan, with the options' bytes under it: the first (largest state) with
+    which every table fits in fp32; else the one whose plan costs least, the larger state on a tie; the
+    smallest when none fits (the caller reports it)."""
+    best = None
+    for rule in rules:
+        priced = with_state(options, parts, rule)
+        chosen = choose(priced, limit)
+        if chosen is None:
+            continue
+        cost = sum(o.cost for o in chosen.values())
+        if cost == 0:
+            return rule, priced
+        if best is None or cost < best[0]:
+            best = (cost, rule, priced)
+    if best is None:
+        return rules[-1], with_state(options, parts, rules[-1])
+    return best[1], best[2]
+
+
 def measure_options(probe: Engine, methods: tuple[str, ...], device: bool, sample_rows: int,
-                    progress: Callable[[str], None]) -> dict[str, list[Option]]:
-    """Each table's candidates of the probe's model with their bytes and cost (the fp32 option first)."""
+                    progress: Callable[[str], None], parts: dict | None = None) -> dict[str, list[Option]]:
+    """Each table's candidates of the probe's model with their bytes and cost (the fp32 option first).
+    Given ``parts`` (a training plan), the candidates are those a training run holds
+    (training_candidate), and ``parts[table, candidate label]`` records the [rows, dim] its table rule trains."""
     reference = Probe(probe, sample_rows)
     frequencies = count_frequencies(probe.splits.train)
     fields = probe.model.table_fields()
@@ -212,28 +256,37 @@ def measure_options(probe: Engine, methods: tuple[str, ...], device: bool, sampl
                      for other, field in fields.items() if field == fields[name] and other != name}
         found, fits = [], {}
         within_fp16 = bool(np.abs(weight).max() < FLOAT_MAX["float16"]) if weight.size else True
-        for candidate in table_candidates(len(weight), weight.shape[1], methods, device, within_fp16):
+        candidates = table_candidates(len(weight), weight.shape[1], methods, device, within_fp16)
+        if parts is not None:
+            candidates = [c for c in map(training_candidate, candidates) if c is not None]
+        for candidate in candidates:
             if candidate.section["type"] == "quantized":   # packing is row by row, and so are its bytes
                 layer = fitted_table(candidate.section, weight[rows], counts[rows])
                 cost = reference.with_tables({**compacted, name: layer}, sample).kl
                 found.append(Option(candidate, held_bytes(layer) // len(rows) * len(weight), max(cost, 0.0)))
+                trained = ((len(weight), weight.shape[1]),)
             else:
-                found.append(_measure(candidate, weight, counts, name, reference, fits))
+                option, layer = _measure(candidate, weight, counts, name, reference, fits)
+                found.append(option)
+                trained = ((len(weight), weight.shape[1]),) if layer is None else trained_parts(layer)
+            if parts is not None:
+                parts[name, candidate.label] = trained
         options[name] = found
         progress(f"plan: {name}: {len(found)} candidates measured")
     return options
 
 
 def _measure(candidate: Candidate, weight: np.ndarray, counts: np.ndarray, name: str, reference: Probe,
-             fits: dict) -> Option:
+             fits: dict) -> tuple[Option, EmbeddingBase | None]:
+    """A candidate's option, and the layer measured for it (None for fp32, which is the probe's own)."""
     if candidate.method == "fp32":
-        return Option(candidate, weight.size * 4, 0.0)
+        return Option(candidate, weight.size * 4, 0.0), None
     if candidate.method == "cached":
         layer = TableSpec.from_section({**candidate.section, "dim": weight.shape[1]}).build(len(weight), 0)
         hot = np.sort(counts)[::-1][:layer.cache_rows].sum() / max(counts.sum(), 1.0)
-        return Option(candidate, layer.estimated_bytes(), CACHE_COST * (1.0 - hot))
+        return Option(candidate, layer.estimated_bytes(), CACHE_COST * (1.0 - hot)), layer
     layer = fitted_table(candidate.section, weight, counts, fits=fits)
-    return Option(candidate, held_bytes(layer), max(reference.with_table(name, layer).kl, 0.0))
+    return Option(candidate, held_bytes(layer), max(reference.with_table(name, layer).kl, 0.0)), layer
 
 
 def _alternatives(options: dict[str, list[Option]], chosen: dict[str, Option], rows: dict[str, int], limit: int

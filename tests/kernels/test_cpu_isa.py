@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import paddle_edo.kernels as kernels
@@ -36,3 +37,42 @@ def test_an_unknown_instruction_set_is_refused_naming_the_variable(monkeypatch):
     monkeypatch.delitem(kernels._loaded, kernels.NAME, raising=False)
     with pytest.raises(EdoValueError, match=r"PADDLE_EDO_MAX_CPU_ISA='sse4': expected one of avx512, avx2, portable"):
         kernels.fused_ops()
+
+
+STATES_SCRIPT = """
+import sys, numpy as np, paddle
+from paddle_edo.nn import DenseEmbedding, EmbeddingCollection
+from paddle_edo.optim import TableOptimizer
+dims = {"a": 16, "b": 64, "c": 7, "d": 1, "e": 33}  # vector bodies, tails, a single value a row
+found = {}
+for rule in ("adam", "rowwise_adam", "adagrad"):
+    paddle.seed(0)
+    collection = EmbeddingCollection({k: DenseEmbedding(300, d) for k, d in dims.items()})
+    collection.bind_optimizer(TableOptimizer(rule, 0.05, state_dtype="int8"))
+    rng = np.random.default_rng(1)
+    for _ in range(6):  # gradients from 1e-12 to 1e2: codes below 2^-15 of a row's largest too
+        ids = [paddle.to_tensor(rng.integers(0, 300, 512)) for _ in dims]
+        scale = 10.0 ** rng.integers(-12, 3, (512, 1))
+        grad = paddle.to_tensor((rng.standard_normal((512, sum(dims.values()))) * scale).astype("float32"))
+        (collection(ids) * grad).sum().backward()
+    found.update({f"{rule}.{k}": v.numpy() for k, v in collection.state_dict().items()})
+    found.update({f"{rule}.state.{k}": v for k, v in collection.optimizer_state().items()})
+np.savez(sys.argv[1], **found)
+"""
+
+
+def test_8_bit_optimizer_states_are_the_same_bits_on_every_path(tmp_path):
+    """The 8-bit state codes, vectorised per instruction set, are written and read the same on each path."""
+    if kernels.fused_ops() is None:
+        pytest.skip("the native kernels cannot be built here")
+    runs = {}
+    for isa in ("avx512", "avx2", "portable"):
+        env = {**os.environ, "PADDLE_EDO_MAX_CPU_ISA": isa, "PYTHONPATH": str(TESTS.parent)}
+        run = subprocess.run([sys.executable, "-c", STATES_SCRIPT, str(tmp_path / f"{isa}.npz")], env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-2000:]
+        runs[isa] = dict(np.load(tmp_path / f"{isa}.npz"))
+    assert len(runs["avx512"]) == 65
+    for isa in ("avx2", "portable"):
+        for key, value in runs["avx512"].items():
+            assert value.tobytes() == runs[isa][key].tobytes(), (isa, key)
