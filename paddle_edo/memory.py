@@ -269,8 +269,9 @@ def memory_report(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer 
     error a packed table's), and what the process holds now. The optimizer state training keeps for each
     table (estimated by the rule's formula, held as its tensors are) is counted for the rule a model's
     collections fuse or a RowTrainer applies (``TableOptimizer``) and for ``optimizer``, Paddle's optimizer of the other
-    parameters (its state appears at its first step: held 0 before). A low_precision table's row state is
-    a buffer of the table, counted in its own bytes; a cached table's rows keep theirs in the host store
+    parameters (its state appears at its first step: held 0 before). A low_precision table's row state under
+    train.optimizer's row rule is a buffer of the table, counted in its own bytes (under a table rule, its
+    RowTrainer's state, counted as the others'); a cached table's rows keep theirs in the host store
     (its host bytes), its device cache's in ``optimizer``. With ``gradients`` (a training run's
     GradientPeaks), each table's row gradients too: at most by formula, and the largest a step held. An
     optimizer class outside PADDLE_STATES is refused (EdoValueError names it)."""

@@ -561,16 +561,21 @@ std::vector<paddle::Tensor> RowsUpdate(const paddle::Tensor& rows, const paddle:
   const TableRule table_rule = RuleOf(0, rule, learning_rate, epsilon, beta1, beta2, state_format, state1, state2,
                                       table_rows, dim, pows, *step);
   float* values = const_cast<float*>(rows.data<float>());
-  std::vector<float> sum(dim), scratch;
   const float* g = grad.data<float>();
   if (rule == kAdam && n > 0) AdvanceStepCounts(pows, beta1, beta2);
-  int64_t updated = 0;
-  for (int64_t u = 0; u < n; ++u) {
-    if (id[u] == padding) continue;
-    float* p = values + u * dim;
-    for (int64_t d = 0; d < dim; ++d) sum[d] = g[u * dim + d] + (weight_decay != 0.0f ? weight_decay * p[d] : 0.0f);
-    table_rule.Update(p, sum.data(), id[u], dim, &scratch);
-    ++updated;
+  int64_t updated = n;
+  for (int64_t u = 0; u < n; ++u) updated -= id[u] == padding;
+  // the rows are distinct, and so are their states: each thread updates its own (the same bits in any order)
+#pragma omp parallel if (n * dim > kParallelEntries)
+  {
+    std::vector<float> sum(dim), scratch;
+#pragma omp for schedule(static)
+    for (int64_t u = 0; u < n; ++u) {
+      if (id[u] == padding) continue;
+      float* p = values + u * dim;
+      for (int64_t d = 0; d < dim; ++d) sum[d] = g[u * dim + d] + (weight_decay != 0.0f ? weight_decay * p[d] : 0.0f);
+      table_rule.Update(p, sum.data(), id[u], dim, &scratch);
+    }
   }
   if (rule == kRowwiseAdam && n > 0) AdvanceStepCounts(pows, beta1, beta2);
   if (n > 0) ++*step;
