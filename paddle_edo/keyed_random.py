@@ -35,10 +35,14 @@ def _numpy_keyed_uniform(seed: int, rows: np.ndarray, dim: int) -> np.ndarray:
     return ((x >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / (1 << 24)))
 
 
-def rounding_noise(rows: paddle.Tensor, dim: int, rows_to_global=None) -> paddle.Tensor:
+def rounding_seed() -> int:
+    """One draw from Paddle's generator (``paddle.seed`` decides it): the key of a step's rounding noise."""
+    return int(paddle.randint(0, 2 ** 31 - 1, [1]).item())
+
+
+def rounding_noise(rows: paddle.Tensor, dim: int, seed: int, rows_to_global=None) -> paddle.Tensor:
     """Noise [len(rows), dim] for re-encoding table rows ``rows`` (local ids; ``rows_to_global`` maps them to
-    the table's global ids), keyed by one draw from Paddle's generator (``paddle.seed`` decides it)."""
-    seed = int(paddle.randint(0, 2 ** 31 - 1, [1]).item())
+    the table's global ids), keyed by ``seed`` (rounding_seed's): the native row write draws the same."""
     local = rows.numpy().astype(np.int64)
     return paddle.to_tensor(keyed_uniform(seed, rows_to_global(local) if rows_to_global else local, dim))
 

@@ -44,7 +44,7 @@ SOURCES = [Path(__file__).with_name(name)
                         "row_norms.cc", "openmp.cc", "keyed_random.cc")]
 HEADERS = [Path(__file__).with_name(name)  # included by the sources: part of a build's key
            for name in ("packed_rows.h", "half_rows.h", "huge_pages.h", "cpu_isa.h", "prefetch.h", "fake_quant.h",
-                         "optimizer_states.h")]
+                         "optimizer_states.h", "keyed_random.h")]
 NAME = "paddle_edo_lookups"
 FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]  # no fused multiply-adds: the composite ops' exact roundings
 CPU_ISAS = ("avx512", "avx2", "portable")  # PADDLE_EDO_MAX_CPU_ISA's values, widest first

@@ -13,6 +13,7 @@
 
 #include "cpu_isa.h"
 #include "fake_quant.h"
+#include "keyed_random.h"
 #include "paddle/extension.h"
 
 namespace {
@@ -422,12 +423,14 @@ void StochasticInt8Row(const float* row, const float* uniform, int64_t dim, int8
 
 }  // namespace
 
-// low_precision's write-back: rows [U, D] fp32 encoded as codecs.encode(stochastic=True) encodes them,
-// with the caller's uniform draws ``noise`` [U, D] (paddle.rand's: the composite path's very draws, so
-// the same bits), and written in place at ``ids`` [U] (strictly increasing) of a packed table: ``codes``
-// fp16 / bf16 [R, D] (``params`` unused), or int8 [R, D] with fp16 ``params`` [R, 2].
+// low_precision's write-back: rows [U, D] fp32 encoded as codecs.encode(stochastic=True) encodes them, and
+// written in place at ``ids`` [U] (strictly increasing) of a packed table: ``codes`` fp16 / bf16 [R, D]
+// (``params`` unused), or int8 [R, D] with fp16 ``params`` [R, 2]. The uniform draws are
+// keyed_random.rounding_noise's, made here row by row: value j of row ids[u] draws the keyed uniform of
+// (seed, (first + step x ids[u]) x D + j), its row's place in the whole table (a rank's share: first = its
+// rank, step = the ranks), so the composite path's draws are the same bits.
 void WriteRows(paddle::Tensor& codes, paddle::Tensor& params, const paddle::Tensor& ids, const paddle::Tensor& rows,
-               const paddle::Tensor& noise, int format) {
+               int format, int64_t seed, int64_t first, int64_t step) {
   CheckRows(rows);
   PD_CHECK(format >= kFp16 && format <= kInt8, "rows of format ", format, " are not written natively");
   PD_CHECK(codes.is_cpu() && codes.shape().size() == 2, "codes must be a 2-D tensor on the CPU");
@@ -435,8 +438,6 @@ void WriteRows(paddle::Tensor& codes, paddle::Tensor& params, const paddle::Tens
            "ids must be 1-D int64 on the CPU");
   const int64_t n = rows.shape()[0], dim = rows.shape()[1], table_rows = codes.shape()[0];
   PD_CHECK(ids.numel() == n, "one id a row: ", ids.numel(), " ids, ", n, " rows");
-  PD_CHECK(noise.is_cpu() && noise.dtype() == paddle::DataType::FLOAT32 && noise.shape() == rows.shape(),
-           "noise must be float32 shaped like the rows");
   PD_CHECK(codes.shape()[1] == dim, "the table must be dim wide");
   const int64_t* id = ids.data<int64_t>();
   for (int64_t u = 0; u < n; ++u) {  // before any write
@@ -444,40 +445,48 @@ void WriteRows(paddle::Tensor& codes, paddle::Tensor& params, const paddle::Tens
     PD_CHECK(u == 0 || id[u] > id[u - 1], "ids must be distinct and increasing (", id[u - 1], " then ", id[u], ")");
   }
   const float* x = rows.data<float>();
-  const float* uniform = noise.data<float>();
-  if (format == kInt8) {
+  const bool int8 = format == kInt8, half = format == kFp16;
+  if (int8) {
     PD_CHECK(codes.dtype() == paddle::DataType::INT8, "int8 codes must be int8");
     PD_CHECK(params.is_cpu() && params.dtype() == paddle::DataType::FLOAT16 && params.shape().size() == 2 &&
                  params.shape()[0] == table_rows && params.shape()[1] == 2,
              "row parameters must be float16 [rows, 2]");
-    int8_t* c = codes.data<int8_t>();
-    paddle::float16* p = params.data<paddle::float16>();
-#pragma omp parallel for if (n > kParallelRows)
-    for (int64_t u = 0; u < n; ++u) StochasticInt8Row(x + u * dim, uniform + u * dim, dim, c + id[u] * dim, p + 2 * id[u]);
-    return;
+  } else {
+    PD_CHECK(codes.dtype() == (half ? paddle::DataType::FLOAT16 : paddle::DataType::BFLOAT16),
+             "a ", half ? "fp16" : "bf16", " table must be ", half ? "float16" : "bfloat16");
   }
-  const bool half = format == kFp16;
-  PD_CHECK(codes.dtype() == (half ? paddle::DataType::FLOAT16 : paddle::DataType::BFLOAT16),
-           "a ", half ? "fp16" : "bf16", " table must be ", half ? "float16" : "bfloat16");
   const FloatGrid& grid = half ? kHalf : kBrain;
+  int8_t* c = int8 ? codes.data<int8_t>() : nullptr;
+  paddle::float16* p = int8 ? params.data<paddle::float16>() : nullptr;
   paddle::float16* h = half ? codes.data<paddle::float16>() : nullptr;
-  paddle::bfloat16* b = half ? nullptr : codes.data<paddle::bfloat16>();
-#pragma omp parallel for if (n > kParallelRows)
-  for (int64_t u = 0; u < n; ++u) {
-    for (int64_t j = 0; j < dim; ++j) {
-      const float value = StochasticToGrid(x[u * dim + j], uniform[u * dim + j], grid);  // on the grid: exact
-      if (half) {
-        h[id[u] * dim + j] = paddle::float16(value);
-      } else {
-        b[id[u] * dim + j] = paddle::bfloat16(value);
+  paddle::bfloat16* b = int8 || half ? nullptr : codes.data<paddle::bfloat16>();
+#pragma omp parallel if (n > kParallelRows)
+  {
+    std::vector<float> uniform(dim);
+#pragma omp for schedule(static)
+    for (int64_t u = 0; u < n; ++u) {
+      const uint64_t key = static_cast<uint64_t>(first + step * id[u]) * static_cast<uint64_t>(dim);
+      for (int64_t j = 0; j < dim; ++j) uniform[j] = edo::KeyedUniform(static_cast<uint64_t>(seed), key + j);
+      const float* row = x + u * dim;
+      if (int8) {
+        StochasticInt8Row(row, uniform.data(), dim, c + id[u] * dim, p + 2 * id[u]);
+        continue;
+      }
+      for (int64_t j = 0; j < dim; ++j) {
+        const float value = StochasticToGrid(row[j], uniform[j], grid);  // on the grid: exact
+        if (half) {
+          h[id[u] * dim + j] = paddle::float16(value);
+        } else {
+          b[id[u] * dim + j] = paddle::bfloat16(value);
+        }
       }
     }
   }
 }
 
 PD_BUILD_OP(edo_write_rows)
-    .Inputs({"Codes", "Params", "Ids", "Rows", "Noise"})
+    .Inputs({"Codes", "Params", "Ids", "Rows"})
     .Outputs({"CodesOut", "ParamsOut"})
-    .Attrs({"format: int"})
+    .Attrs({"format: int", "seed: int64_t", "first: int64_t", "step: int64_t"})
     .SetInplaceMap({{"Codes", "CodesOut"}, {"Params", "ParamsOut"}})
     .SetKernelFn(PD_KERNEL(WriteRows));

@@ -9,20 +9,14 @@
 #include <cmath>
 #include <cstdint>
 
+#include "keyed_random.h"
+
 namespace {
 
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL, kMix1 = 0xBF58476D1CE4E5B9ULL, kMix2 = 0x94D049BB133111EBULL;
+using edo::KeyedUniform;
+
 constexpr uint64_t kSecondStream = 0x5DEECE66DULL;  // keyed_normal's second uniform: seed ^ this
 constexpr int64_t kParallelValues = 1 << 16;        // below this many values, threads cost more than they save
-
-// The top 24 bits of splitmix64(seed, key) as a float in [0, 1).
-inline float KeyedUniform(uint64_t seed, uint64_t key) {
-  uint64_t x = key * kGolden + seed * kMix2;
-  x = (x ^ (x >> 30)) * kMix1;
-  x = (x ^ (x >> 27)) * kMix2;
-  x = x ^ (x >> 31);
-  return static_cast<float>(x >> 40) * (1.0f / (1 << 24));
-}
 
 }  // namespace
 

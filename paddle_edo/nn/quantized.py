@@ -10,7 +10,7 @@ import paddle.nn.functional as F
 from ..compat import sparse_gradient
 from ..errors import EdoRuntimeError, EdoValueError
 from ..kernels import fused_ops, ids_checked_by_kernel, kernels_serve
-from ..keyed_random import keyed_normal, rounding_noise
+from ..keyed_random import keyed_normal, rounding_noise, rounding_seed
 from ..optim.states import TableStates
 from ..quant import codecs
 from ..quant.formats import FORMATS, QuantFormat, get_format
@@ -383,13 +383,17 @@ class QuantizedEmbedding(EmbeddingBase):
         return unique, self.decode_rows(unique), grad
 
     def _write_rows(self, unique: paddle.Tensor, updated: paddle.Tensor) -> None:
-        """Encode updated rows into the table with stochastic rounding."""
-        share = getattr(self, "row_share", None)  # a share rounds its rows as the whole table would
-        noise = rounding_noise(unique, self.embedding_dim, share.global_ids if share is not None else None)
+        """Encode updated rows into the table with stochastic rounding, keyed by each row's place in the whole
+        table (a share rounds its rows as the whole table would)."""
+        share = getattr(self, "row_share", None)
+        seed = rounding_seed()
         if kernels_serve(unique, self.codes):
             params = paddle.zeros([1], dtype="float16") if self.row_params is None else self.row_params
-            fused_ops().edo_write_rows(self.codes, params, unique, updated, noise, FORMAT_NUMBERS[self.format.name])
+            first, step = (share.rank, share.world_size) if share is not None else (0, 1)
+            fused_ops().edo_write_rows(self.codes, params, unique, updated, FORMAT_NUMBERS[self.format.name], seed,
+                                       first, step)
             return
+        noise = rounding_noise(unique, self.embedding_dim, seed, share.global_ids if share is not None else None)
         codes, params = codecs.encode(updated, self.format, stochastic=True, noise=noise)
         paddle.index_put_(self.codes, (unique,), codes)
         if params is not None:

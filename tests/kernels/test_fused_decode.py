@@ -111,7 +111,7 @@ def test_the_row_write_kernel_refuses_bad_ids_before_writing():
     for ids, message in (([3, 20], "outside"), ([5, 5], "distinct and increasing"), ([-1, 2], "outside")):
         with pytest.raises(Exception, match=message):
             kernels.fused_ops().edo_write_rows(table.codes, table.row_params, paddle.to_tensor(ids, dtype="int64"),
-                                               rows, paddle.zeros([2, 4]), 2)
+                                               rows, 2, 7, 0, 1)
     np.testing.assert_array_equal(table.codes.numpy(), before)
 
 

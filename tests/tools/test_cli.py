@@ -205,6 +205,12 @@ def test_plan_writes_a_config_that_fits_and_train_plans_an_auto_config_itself(tm
     result = run("plan.py", "-c", str(config), "--budget", "0")
     assert error_lines(result) == ["error: budget = '0' must be at least one byte; expected a positive number of bytes, "
                                    "or a number with a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"]
+    # for training: tables as they train, the table rule's state and the row gradients, and the rule in the config
+    result = run("plan.py", "-c", str(config), "--budget", "60KiB", "--for", "training", "--no-checks",
+                 "--out", str(tmp_path / "training.yaml"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "of row gradients a step at most" in result.stdout
+    assert yaml.safe_load((tmp_path / "training.yaml").read_text())["train"]["table_optimizer"]["name"]
 
 
 def test_a_trained_movielens_run_serves_from_redis_as_from_its_files(tmp_path):
