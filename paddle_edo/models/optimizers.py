@@ -14,8 +14,8 @@ from ..optim import FUSED_RULES, TableOptimizer
 from ..schema import ConfigError
 
 OPTIMIZERS = ("adam", "adagrad", "sgd", "momentum", "rmsprop")
-_CLASSES = {"adam": paddle.optimizer.Adam, "adagrad": paddle.optimizer.Adagrad, "sgd": paddle.optimizer.SGD,
-            "momentum": paddle.optimizer.Momentum, "rmsprop": paddle.optimizer.RMSProp}
+OPTIMIZER_CLASSES = {"adam": paddle.optimizer.Adam, "adagrad": paddle.optimizer.Adagrad, "sgd": paddle.optimizer.SGD,
+                     "momentum": paddle.optimizer.Momentum, "rmsprop": paddle.optimizer.RMSProp}
 
 
 def fused_table_optimizer(config: dict[str, Any], world_size: int = 1, device: str = "cpu") -> TableOptimizer | None:
@@ -93,4 +93,4 @@ def create_optimizer(train: dict[str, Any], model: paddle.nn.Layer | None = None
     name = train["optimizer"]
     if name == "adam":
         return paddle.optimizer.Adam(lr, parameters=parameters, lazy_mode=model is not None)
-    return _CLASSES[name](lr, parameters=parameters)
+    return OPTIMIZER_CLASSES[name](lr, parameters=parameters)

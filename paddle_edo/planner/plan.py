@@ -47,7 +47,8 @@ from .candidates import HASH_FRACTIONS, PACKED_FORMATS, Candidate, check_methods
 from .choice import Option, choose
 from .divergence import Probe
 from .surrogates import fitted_table
-from .training import PURPOSES, rule_label, rule_section, state_rules, trained_parts, training_candidate, with_state
+from .training import (PURPOSES, other_state_bytes, rule_label, rule_section, state_rules, trained_parts,
+                       training_candidate, with_state)
 
 logger = logging.getLogger("paddle_edo")
 
@@ -241,6 +242,7 @@ def measure_options(probe: Engine, methods: tuple[str, ...], device: bool, sampl
     Given ``parts`` (a training plan), the candidates are those a training run holds
     (training_candidate), and ``parts[table, candidate label]`` records the [rows, dim] its table rule trains."""
     reference = Probe(probe, sample_rows)
+    optimizer = probe.config["train"]["optimizer"]
     frequencies = count_frequencies(probe.splits.train)
     fields = probe.model.table_fields()
     tables = dict(embedding_layers(probe.model))
@@ -267,6 +269,8 @@ def measure_options(probe: Engine, methods: tuple[str, ...], device: bool, sampl
                 trained = ((len(weight), weight.shape[1]),)
             else:
                 option, layer = _measure(candidate, weight, counts, name, reference, fits)
+                if parts is not None and layer is not None:  # its projections' state, under train.optimizer
+                    option = Option(candidate, option.bytes + other_state_bytes(layer, optimizer), option.cost)
                 found.append(option)
                 trained = ((len(weight), weight.shape[1]),) if layer is None else trained_parts(layer)
             if parts is not None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ..memory import PADDLE_STATES
+from ..models.optimizers import OPTIMIZER_CLASSES
 from ..nn.collection import fused_layer
 from ..nn.registry import AUTO_OPTIONS
 from ..optim import TableOptimizer
@@ -42,6 +44,15 @@ def trained_parts(layer: Any) -> tuple[tuple[int, int], ...]:
     parts); a packed layer's own rows (a low_precision table's) when it has none."""
     parts = tuple(tuple(part.weight.shape) for part in layer.sublayers(include_self=True) if fused_layer(part))
     return parts or ((layer.num_embeddings, layer.embedding_dim),)
+
+
+def other_state_bytes(layer: Any, optimizer: str) -> int:
+    """The state ``train.optimizer`` keeps for a layer's trained parameters outside its tables (a
+    mixed-dimension layer's projections), by the memory report's formula."""
+    tables = {id(part.weight) for part in layer.sublayers(include_self=True) if fused_layer(part)}
+    per_value, single = PADDLE_STATES[OPTIMIZER_CLASSES[optimizer].__name__]
+    return sum((per_value * int(p.size) + single) * p.element_size() for p in layer.parameters()
+               if id(p) not in tables and not p.stop_gradient)
 
 
 def with_state(options: dict[str, list[Option]], parts: dict[tuple[str, str], tuple[tuple[int, int], ...]],

@@ -81,3 +81,14 @@ def test_auto_tables_plan_for_training_when_the_config_says_so(tmp_path):
     assert load_config(base=base)["embedding"]["budget_for"] == "training"
     with pytest.raises(ConfigError, match="embedding.budget_for"):
         load_config(base={**base, "embedding": {**base["embedding"], "budget_for": "inference"}})
+
+
+def test_row_sharing_layers_count_their_parts_state_and_their_projections(tmp_path):
+    """A plan of mixed-dimension and hashed tables: each table's bytes in training are its parts, the
+    table rule's state for them and train.optimizer's for a mixed-dimension layer's projections."""
+    config = small_synthetic_config(tmp_path / "run", epochs=1)
+    for methods, budget in ((["mixed_dim"], 110_000), (["hash"], TABLES // 2 + GRADIENTS)):
+        plan = plan_tables(config, budget, purpose="training", methods=methods, checks=False,
+                           progress=lambda line: None)
+        assert {c.section["type"] for c in plan.choices} == {methods[0], "dense"}
+        trains_to_the_plan(plan, tmp_path / methods[0], budget)
