@@ -151,19 +151,28 @@ def capacity_benchmark(configs: list[str], dim: int, steps: int, batch: int, lim
     return result
 
 
+def reason(why: str) -> str:
+    """A failed trial's reason as a report says it."""
+    if "error:12" in why:  # Paddle's CPU allocator on ENOMEM
+        return "the table's allocation refused (ENOMEM: more than the kernel commits)"
+    return why
+
+
 def markdown(result: dict) -> str:
     from paddle_edo.memory import format_bytes
 
     lines = [f"Limit: {format_bytes(result['limit_bytes'])} resident (anonymous) memory; one table x "
              f"{result['dim']}; {result['steps']} training steps of {result['batch']:,} examples (4 ids each, "
              f"mean-pooled, a linear head); bisection to {result['precision']:.0%}; disk free at the start "
-             f"{format_bytes(result['disk_free_bytes'])}.", ""]
+             f"{format_bytes(result['disk_free_bytes'])}. Each trial is a process of its own with glibc's default "
+             f"allocator (the malloc line above is the parent's).", ""]
     for ids, searches in result["searches"].items():
         base = searches.get(BASELINE, {}).get("largest_rows") or 0
         speed = result["speed"].get(ids, {})
         lines += [f"#### {ids} ids", "",
                   f"| configuration | largest rows that train | x baseline | smallest that fails (why) | peak "
-                  f"resident at largest | bytes per row | examples/s at {speed.get('rows', 0):,} rows | x baseline |",
+                  f"resident at largest | bytes per row held (table, state; a cached table's host file too) | "
+                  f"examples/s at {speed.get('rows', 0):,} rows | x baseline |",
                   "|---|---|---|---|---|---|---|---|"]
         runs = speed.get("runs", {})
         base_speed = runs.get(BASELINE, {}).get("examples_per_second")
@@ -173,8 +182,9 @@ def markdown(result: dict) -> str:
             run = runs.get(name, {})
             per_second = run.get("examples_per_second")
             lines.append(
-                f"| {name} | {good:,} | {good / base:.1f}x | {search['smallest_failing_rows']:,} ({failing.get('why', '?')}) "
-                f"| {format_bytes(at.get('peak_rss_anon_bytes', 0))} | {at.get('bytes_per_row', float('nan')):.1f} | "
+                f"| {name} | {good:,} | {good / base:.1f}x | {search['smallest_failing_rows']:,} ({reason(failing.get('why', '?'))}) "
+                f"| {format_bytes(at.get('peak_rss_anon_bytes', 0))} | "
+                f"{at.get('bytes_per_row', run.get('bytes_per_row', float('nan'))):.1f} | "
                 f"{f'{per_second:,.0f}' if per_second else run.get('why', '-')} | "
                 f"{f'{per_second / base_speed:.2f}x' if per_second and base_speed else '-'} |" if base else
                 f"| {name} | {good:,} | - | - | - | - | - | - |")
