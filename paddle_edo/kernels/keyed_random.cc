@@ -1,6 +1,6 @@
 // keyed_random.py's draws, natively: uniform noise and normal initial rows as a function of (seed, row,
-// column), the normals on every processor this process may run on (they initialise tables: numpy drew
-// some 12 million a second, so that a table of 10^8 rows took half an hour). The uniform bits are exactly
+// column), the normals on every processor this process may run on (they initialise tables: numpy draws some
+// 15 million a second on one core, so that 10^8 rows x 64 took seven minutes). The uniform bits are exactly
 // numpy's (splitmix64 of the key, integer arithmetic); the normals take the same double-precision
 // Box-Muller, so they equal numpy's but where its log1p, cos or sin rounds differently in the last bit of a
 // double (tests bound the difference). Called through ctypes, which lets go of the GIL.
