@@ -16,13 +16,8 @@ _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 def keyed_uniform(seed: int, rows: np.ndarray, dim: int) -> np.ndarray:
     """float32 [len(rows), dim] in [0, 1): splitmix64 of (seed, row * dim + column), its top 24 bits (by the
     native kernel where it can be had: the same bits)."""
-    native = c_function("edo_keyed_uniform")
-    if native is not None:
-        rows = np.ascontiguousarray(rows, dtype=np.int64)
-        out = np.empty([len(rows), dim], dtype=np.float32)
-        native(seed, address(rows), len(rows), dim, address(out))
-        return out
-    return _numpy_keyed_uniform(seed, rows, dim)
+    native = _native_draws("edo_keyed_uniform", seed, rows, dim)
+    return native if native is not None else _numpy_keyed_uniform(seed, rows, dim)
 
 
 def _numpy_keyed_uniform(seed: int, rows: np.ndarray, dim: int) -> np.ndarray:
@@ -52,13 +47,8 @@ def keyed_normal(seed: int, rows: np.ndarray, dim: int, std: float) -> np.ndarra
     (d, d + 1) the cosine and sine of one pair of keyed uniforms, those of column d (by the native kernel
     where it can be had, on every processor: numpy's values but where a double's last bit rounds differently
     in its log1p, cos or sin)."""
-    native = c_function("edo_keyed_normal")
-    if native is not None:
-        rows = np.ascontiguousarray(rows, dtype=np.int64)
-        out = np.empty([len(rows), dim], dtype=np.float32)
-        native(seed, address(rows), len(rows), dim, float(std), address(out))
-        return out
-    return _numpy_keyed_normal(seed, rows, dim, std)
+    native = _native_draws("edo_keyed_normal", seed, rows, dim, float(std))
+    return native if native is not None else _numpy_keyed_normal(seed, rows, dim, std)
 
 
 def _numpy_keyed_normal(seed: int, rows: np.ndarray, dim: int, std: float) -> np.ndarray:
@@ -68,4 +58,15 @@ def _numpy_keyed_normal(seed: int, rows: np.ndarray, dim: int, std: float) -> np
     out = np.empty([len(rows), dim], dtype=np.float32)
     out[:, 0::2] = radius * np.cos(angle) * std
     out[:, 1::2] = (radius * np.sin(angle) * std)[:, :dim // 2]
+    return out
+
+
+def _native_draws(name: str, seed: int, rows: np.ndarray, dim: int, *extra: float) -> np.ndarray | None:
+    """float32 [len(rows), dim] from the kernels' C function ``name`` (keyed_random.cc), or None without it."""
+    native = c_function(name)
+    if native is None:
+        return None
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    out = np.empty([len(rows), dim], dtype=np.float32)
+    native(seed, address(rows), len(rows), dim, *extra, address(out))
     return out

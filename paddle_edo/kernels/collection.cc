@@ -25,6 +25,7 @@
 // A QAT table (fake_formats[t] >= 0) is read through fake quantization: each distinct row of its batch is
 // encoded and decoded once (fake_quant.h), and its entries read those values; its gradient passes straight
 // through to the fp32 master row, so the backward treats it as any other table.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -276,7 +277,7 @@ struct RowGradients {
 // The optimizer of one table: its rule, hyper-parameters and state (fp32, or 16 bits: optimizer_states.h).
 struct TableRule {
   int rule;
-  float learning_rate, epsilon, beta1, beta2;
+  float learning_rate, epsilon, beta1, beta2, weight_decay;
   void* state1;  // Adagrad: [rows, dim]; row-wise Adagrad: [rows]; (row-wise) Adam: first moments [rows, dim]
   void* state2;  // Adam: second moments [rows, dim]; row-wise Adam: [rows]
   float* beta_pows;  // Adam: beta1^t, beta2^t
@@ -305,8 +306,12 @@ struct TableRule {
     if (bytes2 > 0) ::Prefetch(static_cast<const char*>(state2) + row * bytes2, bytes2);
   }
 
-  // Updates row ``row`` (weights p) with its summed gradient g; ``scratch`` holds compressed states as fp32.
-  void Update(float* p, const float* g, int64_t row, int64_t dim, std::vector<float>* scratch) const {
+  // Updates row ``row`` (weights p) with its summed gradient g, to which the weight decay is added first (L2
+  // on the batch's rows); ``scratch`` holds compressed states as fp32.
+  void Update(float* p, float* g, int64_t row, int64_t dim, std::vector<float>* scratch) const {
+    if (weight_decay != 0.0f) {
+      for (int64_t d = 0; d < dim; ++d) g[d] += weight_decay * p[d];
+    }
     const int64_t w1 = Width1(dim), w2 = Width2(dim);
     if (state_format == kStateFp32) {
       Apply(p, g, static_cast<float*>(state1) + row * w1, static_cast<float*>(state2) + row * w2, dim);
@@ -399,12 +404,12 @@ struct TableRule {
 
 // Table t's rule and hyper-parameters over its two state tensors (checked against the rule, its state format
 // and the table's [rows, dim]); pows: its beta1^t and beta2^t; step: its step count, for the states' rounding.
-TableRule RuleOf(int64_t t, int rule, float learning_rate, float epsilon, float beta1, float beta2, int format,
-                 const paddle::Tensor& state1, const paddle::Tensor& state2, int64_t rows, int64_t dim, float* pows,
-                 int64_t step) {
+TableRule RuleOf(int64_t t, int rule, float learning_rate, float epsilon, float beta1, float beta2,
+                 float weight_decay, int format, const paddle::Tensor& state1, const paddle::Tensor& state2,
+                 int64_t rows, int64_t dim, float* pows, int64_t step) {
   PD_CHECK(rule >= kSgd && rule <= kRowwiseAdam, "table ", t, ": rule ", rule, " is unknown");
   PD_CHECK(format >= kStateFp32 && format <= kStateInt8, "table ", t, ": state format ", format, " is unknown");
-  TableRule table_rule = {rule, learning_rate, epsilon, beta1, beta2, nullptr, nullptr, pows, format,
+  TableRule table_rule = {rule, learning_rate, epsilon, beta1, beta2, weight_decay, nullptr, nullptr, pows, format,
                           MixBits((static_cast<uint64_t>(t) << 40) + static_cast<uint64_t>(step))};
   const int64_t item = format == kStateFp32 ? 4 : format == kStateInt8 ? 1 : 2;
   const int64_t want1 = rows * table_rule.RowBytes1(dim) / item, want2 = rows * table_rule.RowBytes2(dim) / item;
@@ -497,8 +502,9 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
   int64_t* step_counts = const_cast<int64_t*>(steps.data<int64_t>());
   std::vector<TableRule> table_rules(count);
   for (int64_t t = 0; t < count; ++t) {
-    table_rules[t] = RuleOf(t, rules[t], learning_rates[t], epsilons[t], beta1s[t], beta2s[t], state_formats[t],
-                            states1[t], states2[t], tables.rows[t], tables.dim[t], pows + 2 * t, step_counts[t]);
+    table_rules[t] = RuleOf(t, rules[t], learning_rates[t], epsilons[t], beta1s[t], beta2s[t], weight_decays[t],
+                            state_formats[t], states1[t], states2[t], tables.rows[t], tables.dim[t], pows + 2 * t,
+                            step_counts[t]);
   }
   const std::string bad = FirstBadId(tables, ids);
   PD_CHECK(bad.empty(), bad);
@@ -521,11 +527,7 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
         if (u + kPrefetchAhead < n) table_rules[t].Prefetch(tables.weight[t], rows.distinct.ids[u + kPrefetchAhead], dim);
         const int64_t row = rows.distinct.ids[u];
         float* weight = tables.weight[t] + row * dim;
-        float* sum = rows.sums.data() + u * dim;
-        if (weight_decays[t] != 0.0f) {
-          for (int64_t d = 0; d < dim; ++d) sum[d] += weight_decays[t] * weight[d];
-        }
-        table_rules[t].Update(weight, sum, row, dim, &states);
+        table_rules[t].Update(weight, rows.sums.data() + u * dim, row, dim, &states);
       }
       if (rules[t] == kRowwiseAdam && stepped) AdvanceStepCounts(pows + 2 * t, beta1s[t], beta2s[t]);
       if (stepped) ++step_counts[t];
@@ -536,7 +538,7 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
 }
 
 // Applies one table's rule to rows decoded out of it (a low_precision table's, which holds no fp32 rows):
-// rows[u] (float32 [n, dim], updated in place) is table row ids[u] (distinct), grad[u] its summed gradient;
+// rows[u] (float32 [n, dim], updated in place) is table row ids[u] (increasing), grad[u] its summed gradient;
 // the states are the table's [table_rows, ...], indexed by ids, and the step counts advance as a
 // collection's do. The padding row (negative: none) is left alone. Returns the number of rows updated.
 std::vector<paddle::Tensor> RowsUpdate(const paddle::Tensor& rows, const paddle::Tensor& grad, const paddle::Tensor& ids,
@@ -553,13 +555,14 @@ std::vector<paddle::Tensor> RowsUpdate(const paddle::Tensor& rows, const paddle:
   PD_CHECK(beta_pows.dtype() == paddle::DataType::FLOAT32 && beta_pows.numel() == 2, "beta_pows must be float32 [1, 2]");
   PD_CHECK(steps.dtype() == paddle::DataType::INT64 && steps.numel() == 1, "steps must be int64 [1]");
   const int64_t* id = ids.data<int64_t>();
-  for (int64_t u = 0; u < n; ++u) {
+  for (int64_t u = 0; u < n; ++u) {  // distinct, so that threads update rows (and states) of their own
     PD_CHECK(id[u] >= 0 && id[u] < table_rows, "row ", id[u], " is outside [0, ", table_rows, ")");
+    PD_CHECK(u == 0 || id[u] > id[u - 1], "rows must be distinct and increasing (", id[u - 1], " then ", id[u], ")");
   }
   float* pows = const_cast<float*>(beta_pows.data<float>());
   int64_t* step = const_cast<int64_t*>(steps.data<int64_t>());
-  const TableRule table_rule = RuleOf(0, rule, learning_rate, epsilon, beta1, beta2, state_format, state1, state2,
-                                      table_rows, dim, pows, *step);
+  const TableRule table_rule = RuleOf(0, rule, learning_rate, epsilon, beta1, beta2, weight_decay, state_format, state1,
+                                      state2, table_rows, dim, pows, *step);
   float* values = const_cast<float*>(rows.data<float>());
   const float* g = grad.data<float>();
   if (rule == kAdam && n > 0) AdvanceStepCounts(pows, beta1, beta2);
@@ -572,9 +575,8 @@ std::vector<paddle::Tensor> RowsUpdate(const paddle::Tensor& rows, const paddle:
 #pragma omp for schedule(static)
     for (int64_t u = 0; u < n; ++u) {
       if (id[u] == padding) continue;
-      float* p = values + u * dim;
-      for (int64_t d = 0; d < dim; ++d) sum[d] = g[u * dim + d] + (weight_decay != 0.0f ? weight_decay * p[d] : 0.0f);
-      table_rule.Update(p, sum.data(), id[u], dim, &scratch);
+      std::copy(g + u * dim, g + (u + 1) * dim, sum.begin());
+      table_rule.Update(values + u * dim, sum.data(), id[u], dim, &scratch);
     }
   }
   if (rule == kRowwiseAdam && n > 0) AdvanceStepCounts(pows, beta1, beta2);

@@ -9,7 +9,7 @@ import paddle
 from ..kernels import fused_ops
 from ..nn.base import embedding_layers
 from ..nn.cached import CachedEmbedding
-from ..nn.quantized import QuantizedEmbedding
+from ..nn.quantized import is_low_precision
 from ..optim import FUSED_RULES, TableOptimizer
 from ..schema import ConfigError
 
@@ -56,7 +56,7 @@ def check_tables_reached(model: paddle.nn.Layer, optimizer: TableOptimizer, name
             why = ("a cached table: its rows carry train.optimizer's state between host and device"
                    if isinstance(layer, CachedEmbedding) else
                    "a low_precision table applies train.optimizer's row rule unless train.table_optimizer.name is set"
-                   if isinstance(layer, QuantizedEmbedding) and layer.mode == "low_precision" and not named else None)
+                   if is_low_precision(layer) and not named else None)
             if why:
                 raise ConfigError(f"train.table_optimizer.{key} = {value!r} cannot train table {name!r} ({why}); "
                                   f"drop train.table_optimizer.{key}, or give that table another embedding.type")

@@ -11,7 +11,7 @@ import paddle
 from ..errors import EdoDeprecationWarning, EdoTypeError
 from ..runtime import release_freed_memory
 from .dense import DenseEmbedding
-from .quantized import QuantizedEmbedding
+from .quantized import QuantizedEmbedding, is_low_precision
 from .swap import swap_sublayers
 
 
@@ -75,8 +75,7 @@ def _error(name: str, table: QuantizedEmbedding, bytes_before: int, counts: np.n
 
 def row_updated_tables(model: paddle.nn.Layer) -> list[QuantizedEmbedding]:
     """Tables that apply their own row updates (low_precision mode)."""
-    return [layer for _, layer in model.named_sublayers()
-            if isinstance(layer, QuantizedEmbedding) and layer.mode == "low_precision"]
+    return [layer for _, layer in model.named_sublayers() if is_low_precision(layer)]
 
 
 def dequantize_model(model: paddle.nn.Layer) -> paddle.nn.Layer:

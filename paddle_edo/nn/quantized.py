@@ -361,8 +361,7 @@ class QuantizedEmbedding(EmbeddingBase):
         merged = self._merged_row_gradients()
         if merged is None:
             return
-        unique, rows, grad = merged
-        rows = rows.clone()
+        unique, rows, grad = merged  # rows: decoded for this step alone, so updated in place
         states.update_rows(rows, unique, grad.astype("float32"), -1 if self.padding_idx is None else self.padding_idx)
         self._write_rows(unique, rows)
 
@@ -461,6 +460,11 @@ class QuantizedEmbedding(EmbeddingBase):
     def extra_repr(self) -> str:
         output = "" if self.output_dtype == "float32" else f", output_dtype={self.output_dtype}"
         return super().extra_repr() + f", mode={self.mode}{output}"
+
+
+def is_low_precision(layer: paddle.nn.Layer) -> bool:
+    """Whether ``layer`` is a low_precision table (packed from the start, its rows updated by rows)."""
+    return isinstance(layer, QuantizedEmbedding) and layer.mode == "low_precision"
 
 
 def check_quantizable(weight: paddle.Tensor, fmt: QuantFormat, owner: str) -> None:

@@ -19,7 +19,7 @@ from ..optim import TableOptimizer
 from ..optim.states import TableStates
 from .base import EmbeddingBase
 from .collection import collections_of, fused_layer
-from .quantized import QuantizedEmbedding
+from .quantized import is_low_precision
 
 
 class RowTrainer:
@@ -38,7 +38,7 @@ class RowTrainer:
 
     def parameters(self) -> list[paddle.Tensor]:
         """The weights trained here (to leave out of Paddle's optimizer)."""
-        return [table.weight for table in self.tables.values() if not _low_precision(table)]
+        return [table.weight for table in self.tables.values() if not is_low_precision(table)]
 
     def trained_tables(self) -> list[str]:
         return list(self.tables)
@@ -50,7 +50,7 @@ class RowTrainer:
     def step(self) -> None:
         """Update each table's rows from its gradient (a table without one this step takes no step)."""
         for name, table in self.tables.items():
-            if _low_precision(table):
+            if is_low_precision(table):
                 table.apply_table_rule(self.states[name])
                 continue
             rows, values = _row_gradient(table.weight)
@@ -61,7 +61,7 @@ class RowTrainer:
 
     def clear_grad(self) -> None:
         for table in self.tables.values():
-            if not _low_precision(table):  # its decoded rows are let go by its update
+            if not is_low_precision(table):  # its decoded rows are let go by its update
                 table.weight.clear_gradient(False)
 
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -96,7 +96,7 @@ def row_trained_tables(model: paddle.nn.Layer, low_precision: bool = False) -> d
     fused = {id(collection[key]) for collection in collections_of(model).values() for key in collection.trained_tables()}
     return {name: layer for name, layer in model.named_sublayers()
             if (fused_layer(layer) and id(layer) not in fused and not layer.weight.stop_gradient)
-            or (low_precision and _low_precision(layer))}
+            or (low_precision and is_low_precision(layer))}
 
 
 def bind_row_trainer(model: paddle.nn.Layer, optimizer: TableOptimizer, low_precision: bool = False
@@ -105,6 +105,3 @@ def bind_row_trainer(model: paddle.nn.Layer, optimizer: TableOptimizer, low_prec
     tables = row_trained_tables(model, low_precision)
     return RowTrainer(optimizer, tables) if tables else None
 
-
-def _low_precision(layer: paddle.nn.Layer) -> bool:
-    return isinstance(layer, QuantizedEmbedding) and layer.mode == "low_precision"

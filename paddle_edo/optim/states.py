@@ -98,7 +98,7 @@ class TableStates:
 
     def update_rows(self, rows: paddle.Tensor, ids: paddle.Tensor, grad: paddle.Tensor, padding: int = -1) -> None:
         """Apply the rule to rows held outside a weight tensor (a low_precision table's, decoded), for a state
-        of one table: ``rows`` (float32 [n, dim], updated in place) are its rows ``ids`` (int64 [n], distinct),
+        of one table: ``rows`` (float32 [n, dim], updated in place) are its rows ``ids`` (int64 [n], increasing),
         ``grad`` their summed gradients; the padding row is left alone (collection.cc: RowsUpdate)."""
         if len(self.states) != 1:
             raise EdoValueError(f"{self.owner}: update_rows serves the state of one table, not {len(self.states)}")
