@@ -283,6 +283,9 @@ struct TableRule {
   float* beta_pows;  // Adam: beta1^t, beta2^t
   int state_format;
   uint64_t salt;  // the table's place and step count, for 16-bit states' rounding: new random bits each step
+  // row r of these states is row first_row + r * row_stride of the whole table (a rank's share: its rank and
+  // the number of ranks), whose place keys the rounding, so that a share rounds as the whole table does
+  int64_t first_row, row_stride;
 
   // Whether state 1 / 2 sums squares (kept as its square root in fp16, whose range the sums of small
   // gradients' squares fall below: their roots stay inside it).
@@ -331,7 +334,7 @@ struct TableRule {
     Apply(p, g, s1, s2, dim);
     if (root1) for (int64_t d = 0; d < w1; ++d) s1[d] = std::sqrt(s1[d]);
     if (root2) for (int64_t d = 0; d < w2; ++d) s2[d] = std::sqrt(s2[d]);
-    const uint64_t place = salt ^ static_cast<uint64_t>(row) * 2 * (w1 + w2);
+    const uint64_t place = salt ^ static_cast<uint64_t>(first_row + row * row_stride) * 2 * (w1 + w2);
     Store(state1, row, w1, RowBytes1(dim), !Squares1(), s1, place);
     Store(state2, row, w2, RowBytes2(dim), !Squares2(), s2, place + 1);
   }
@@ -403,14 +406,18 @@ struct TableRule {
 };
 
 // Table t's rule and hyper-parameters over its two state tensors (checked against the rule, its state format
-// and the table's [rows, dim]); pows: its beta1^t and beta2^t; step: its step count, for the states' rounding.
+// and the table's [rows, dim]); pows: its beta1^t and beta2^t; step: its step count, for the states' rounding;
+// state row r is row first_row + r * row_stride of the whole table.
 TableRule RuleOf(int64_t t, int rule, float learning_rate, float epsilon, float beta1, float beta2,
                  float weight_decay, int format, const paddle::Tensor& state1, const paddle::Tensor& state2,
-                 int64_t rows, int64_t dim, float* pows, int64_t step) {
+                 int64_t rows, int64_t dim, float* pows, int64_t step, int64_t first_row, int64_t row_stride) {
   PD_CHECK(rule >= kSgd && rule <= kRowwiseAdam, "table ", t, ": rule ", rule, " is unknown");
   PD_CHECK(format >= kStateFp32 && format <= kStateInt8, "table ", t, ": state format ", format, " is unknown");
+  PD_CHECK(first_row >= 0 && row_stride >= 1 && first_row < row_stride, "table ", t, ": rows map to the whole table's ",
+           "first_row + row * row_stride with 0 <= first_row < row_stride, not ", first_row, " and ", row_stride);
   TableRule table_rule = {rule, learning_rate, epsilon, beta1, beta2, weight_decay, nullptr, nullptr, pows, format,
-                          MixBits((static_cast<uint64_t>(t) << 40) + static_cast<uint64_t>(step))};
+                          MixBits((static_cast<uint64_t>(t) << 40) + static_cast<uint64_t>(step)), first_row,
+                          row_stride};
   const int64_t item = format == kStateFp32 ? 4 : format == kStateInt8 ? 1 : 2;
   const int64_t want1 = rows * table_rule.RowBytes1(dim) / item, want2 = rows * table_rule.RowBytes2(dim) / item;
   const paddle::DataType stored = format == kStateFp32 ? paddle::DataType::FLOAT32 :
@@ -484,15 +491,19 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
                                              const std::vector<float>& epsilons, const std::vector<float>& beta1s,
                                              const std::vector<float>& beta2s,
                                              const std::vector<float>& weight_decays,
-                                             const std::vector<int>& state_formats) {
+                                             const std::vector<int>& state_formats,
+                                             const std::vector<int64_t>& first_rows,
+                                             const std::vector<int64_t>& row_strides) {
   const Tables tables = Describe(weights, ids, bounds, lengths, modes, paddings, batch);
   const int64_t count = tables.count;
   PD_CHECK(static_cast<int64_t>(rules.size()) == count && static_cast<int64_t>(learning_rates.size()) == count &&
                static_cast<int64_t>(epsilons.size()) == count && static_cast<int64_t>(beta1s.size()) == count &&
                static_cast<int64_t>(beta2s.size()) == count && static_cast<int64_t>(weight_decays.size()) == count &&
                static_cast<int64_t>(state_formats.size()) == count && static_cast<int64_t>(states1.size()) == count &&
-               static_cast<int64_t>(states2.size()) == count,
-           "one rule, learning rate, epsilon, beta1, beta2, weight decay, state format and two states per table");
+               static_cast<int64_t>(states2.size()) == count && static_cast<int64_t>(first_rows.size()) == count &&
+               static_cast<int64_t>(row_strides.size()) == count,
+           "one rule, learning rate, epsilon, beta1, beta2, weight decay, state format, two states, first row and "
+           "row stride per table");
   PD_CHECK(grad.is_cpu() && grad.dtype() == paddle::DataType::FLOAT32 && grad.numel() == batch * tables.width,
            "the output gradient must be float32 [", batch, ", ", tables.width, "]");
   PD_CHECK(beta_pows.dtype() == paddle::DataType::FLOAT32 && beta_pows.numel() == 2 * count,
@@ -504,7 +515,7 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
   for (int64_t t = 0; t < count; ++t) {
     table_rules[t] = RuleOf(t, rules[t], learning_rates[t], epsilons[t], beta1s[t], beta2s[t], weight_decays[t],
                             state_formats[t], states1[t], states2[t], tables.rows[t], tables.dim[t], pows + 2 * t,
-                            step_counts[t]);
+                            step_counts[t], first_rows[t], row_strides[t]);
   }
   const std::string bad = FirstBadId(tables, ids);
   PD_CHECK(bad.empty(), bad);
@@ -540,12 +551,14 @@ std::vector<paddle::Tensor> CollectionUpdate(const std::vector<paddle::Tensor>& 
 // Applies one table's rule to rows decoded out of it (a low_precision table's, which holds no fp32 rows):
 // rows[u] (float32 [n, dim], updated in place) is table row ids[u] (increasing), grad[u] its summed gradient;
 // the states are the table's [table_rows, ...], indexed by ids, and the step counts advance as a
-// collection's do. The padding row (negative: none) is left alone. Returns the number of rows updated.
+// collection's do. The padding row (negative: none) is left alone. Row r is row first_row + r * row_stride of
+// the whole table (a share's), for the states' rounding. Returns the number of rows updated.
 std::vector<paddle::Tensor> RowsUpdate(const paddle::Tensor& rows, const paddle::Tensor& grad, const paddle::Tensor& ids,
                                        const paddle::Tensor& state1, const paddle::Tensor& state2,
                                        const paddle::Tensor& beta_pows, const paddle::Tensor& steps,
                                        int64_t table_rows, int64_t padding, int rule, float learning_rate,
-                                       float epsilon, float beta1, float beta2, float weight_decay, int state_format) {
+                                       float epsilon, float beta1, float beta2, float weight_decay, int state_format,
+                                       int64_t first_row, int64_t row_stride) {
   PD_CHECK(rows.is_cpu() && rows.dtype() == paddle::DataType::FLOAT32 && rows.shape().size() == 2,
            "rows must be float32 [n, dim] on the CPU");
   const int64_t n = rows.shape()[0], dim = rows.shape()[1];
@@ -562,7 +575,7 @@ std::vector<paddle::Tensor> RowsUpdate(const paddle::Tensor& rows, const paddle:
   float* pows = const_cast<float*>(beta_pows.data<float>());
   int64_t* step = const_cast<int64_t*>(steps.data<int64_t>());
   const TableRule table_rule = RuleOf(0, rule, learning_rate, epsilon, beta1, beta2, weight_decay, state_format, state1,
-                                      state2, table_rows, dim, pows, *step);
+                                      state2, table_rows, dim, pows, *step, first_row, row_stride);
   float* values = const_cast<float*>(rows.data<float>());
   const float* g = grad.data<float>();
   if (rule == kAdam && n > 0) AdvanceStepCounts(pows, beta1, beta2);
@@ -621,12 +634,14 @@ PD_BUILD_OP(edo_collection_update)
     .Attrs({"lengths: std::vector<int64_t>", "modes: std::vector<int>", "paddings: std::vector<int64_t>",
             "batch: int64_t", "rules: std::vector<int>", "learning_rates: std::vector<float>",
             "epsilons: std::vector<float>", "beta1s: std::vector<float>", "beta2s: std::vector<float>",
-            "weight_decays: std::vector<float>", "state_formats: std::vector<int>"})
+            "weight_decays: std::vector<float>", "state_formats: std::vector<int>",
+            "first_rows: std::vector<int64_t>", "row_strides: std::vector<int64_t>"})
     .SetKernelFn(PD_KERNEL(CollectionUpdate));
 
 PD_BUILD_OP(edo_rows_update)
     .Inputs({"Rows", "Grad", "Ids", "State1", "State2", "BetaPows", "Steps"})
     .Outputs({"Updated"})
     .Attrs({"table_rows: int64_t", "padding: int64_t", "rule: int", "learning_rate: float", "epsilon: float",
-            "beta1: float", "beta2: float", "weight_decay: float", "state_format: int"})
+            "beta1: float", "beta2: float", "weight_decay: float", "state_format: int", "first_row: int64_t",
+            "row_stride: int64_t"})
     .SetKernelFn(PD_KERNEL(RowsUpdate));

@@ -1,10 +1,12 @@
 // Optimizer state kept in 16 bits (bf16 or fp16) or 8 bits beside the fp32 rule that updates it: each value
 // is read as fp32, updated, and written back with stochastic rounding (rounded up with probability equal to
 // the fraction the stored bits drop), which is unbiased, so that an accumulator's small increments are not
-// lost as round-to-nearest would lose them once the sum is large. The random bits are a hash of the value and
-// its place, so the same inputs give the same bits and a resumed run goes on exactly. fp16 clips to its
-// largest finite value, 65504, and flushes below 2^-24 to zero (a rule keeps its sums of squares there as
-// their square roots: collection.cc); bf16 keeps fp32's range.
+// lost as round-to-nearest would lose them once the sum is large. The random bits are a hash of the value's
+// place (its table, row and column, and the table's step count), so a resumed run goes on exactly, and not of
+// the value: values a float rounding apart (a gradient summed in another order, by other ranks) round alike
+// but for a chance of their difference over the step between codes. fp16 clips to its largest finite value,
+// 65504, and flushes below 2^-24 to zero (a rule keeps its sums of squares there as their square roots:
+// collection.cc); bf16 keeps fp32's range.
 //
 // 8 bits: blockwise quantization with one block per row (the unit a lazy update reads and writes), as
 // 8-bit optimizers quantize blocks of a dense state: the row's values divided by a scale (its largest
@@ -90,7 +92,7 @@ inline void StoreState(void* states, int64_t i, float value, int format, uint64_
     static_cast<float*>(states)[i] = value;
     return;
   }
-  const uint64_t random = MixBits(place * 0x9E3779B97F4A7C15ULL ^ FloatBits(value));
+  const uint64_t random = MixBits(place * 0x9E3779B97F4A7C15ULL);
   static_cast<uint16_t*>(states)[i] = format == kStateBf16 ? StochasticBf16(value, random) : StochasticFp16(value, random);
 }
 
@@ -123,7 +125,7 @@ __attribute__((always_inline)) inline void EncodeInt8Codes(const float* values, 
   const uint32_t largest_code = FloatBits(Int8Largest<M>());
   for (int64_t d = 0; d < width; ++d) {
     const float value = values[d];
-    const uint64_t random = MixBits((place + 2 * static_cast<uint64_t>(d)) * 0x9E3779B97F4A7C15ULL ^ FloatBits(value));
+    const uint64_t random = MixBits((place + 2 * static_cast<uint64_t>(d)) * 0x9E3779B97F4A7C15ULL);
     // y = |value| x inverse is +0, positive or NaN, so its bits order as it does (a NaN's above every number):
     // clamped as integers, a NaN takes the largest code, as fmin gives it, and no float comparison sits in a
     // branch (one that could trap keeps the compiler from vectorizing)

@@ -74,10 +74,13 @@ def collections_fuse(config: dict[str, Any]) -> bool:
 def create_optimizer(train: dict[str, Any], model: paddle.nn.Layer | None = None,
                      trained_apart: list[paddle.Tensor] = ()) -> paddle.optimizer.Optimizer:
     """The optimizer of a validated ``train`` section. Given the model (dynamic graph), the embedding
-    tables form a parameter group with ``embedding_learning_rate``, and Adam is lazy: rows outside the
-    batch keep their values, as sparse gradients intend. Without it (the parameter-server trainer's static
-    program) the optimizer takes the program's parameters: the servers apply their own rule to the tables,
-    and a geo trainer's local copies train with Paddle's default (non-lazy) Adam, as they always have.
+    tables form a parameter group with ``embedding_learning_rate``. Without it (the parameter-server
+    trainer's static program) the optimizer takes the program's parameters: the servers apply their own
+    rule to the tables, and a geo trainer trains its local copies. Adam is lazy: rows outside the batch
+    keep their values, as sparse gradients intend (and as the servers' rule does). Paddle's non-lazy Adam
+    on a sparse gradient is also unsafe on CPU: past the gradient's last row it reads the row list beyond
+    its end, and where that memory holds a later row's index it applies whatever follows the gradient's
+    values to that row (a geo trainer's tables took huge Adam moments in every job, and now and then a NaN).
     ``trained_apart``: parameters a collection's fused backward trains, left out."""
     lr = train["learning_rate"]
     parameters = None
@@ -92,5 +95,5 @@ def create_optimizer(train: dict[str, Any], model: paddle.nn.Layer | None = None
                       if g["params"]]
     name = train["optimizer"]
     if name == "adam":
-        return paddle.optimizer.Adam(lr, parameters=parameters, lazy_mode=model is not None)
+        return paddle.optimizer.Adam(lr, parameters=parameters, lazy_mode=True)
     return OPTIMIZER_CLASSES[name](lr, parameters=parameters)

@@ -19,7 +19,7 @@ from ..schema import ConfigError, Option
 from .base import EmbeddingBase, int64_ids, table_settings
 from .dedup import deduplicating, distinct_rows, unique_ids
 from .registry import register_embedding
-from .shards import share_being_built
+from .shards import place_of, share_being_built
 from .signature import accepts_old_signature
 
 MODES = ("ptq", "qat", "low_precision")
@@ -362,7 +362,8 @@ class QuantizedEmbedding(EmbeddingBase):
         if merged is None:
             return
         unique, rows, grad = merged  # rows: decoded for this step alone, so updated in place
-        states.update_rows(rows, unique, grad.astype("float32"), -1 if self.padding_idx is None else self.padding_idx)
+        states.update_rows(rows, unique, grad.astype("float32"), -1 if self.padding_idx is None else self.padding_idx,
+                           place_of(self))
         self._write_rows(unique, rows)
 
     def _merged_row_gradients(self) -> tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor] | None:
@@ -388,9 +389,8 @@ class QuantizedEmbedding(EmbeddingBase):
         seed = rounding_seed()
         if kernels_serve(unique, self.codes):
             params = paddle.zeros([1], dtype="float16") if self.row_params is None else self.row_params
-            first, step = (share.rank, share.world_size) if share is not None else (0, 1)
             fused_ops().edo_write_rows(self.codes, params, unique, updated, FORMAT_NUMBERS[self.format.name], seed,
-                                       first, step)
+                                       *place_of(self))
             return
         noise = rounding_noise(unique, self.embedding_dim, seed, share.global_ids if share is not None else None)
         codes, params = codecs.encode(updated, self.format, stochastic=True, noise=noise)

@@ -20,6 +20,7 @@ from ..optim.states import TableStates
 from .base import EmbeddingBase
 from .collection import collections_of, fused_layer
 from .quantized import is_low_precision
+from .shards import place_of
 
 
 class RowTrainer:
@@ -57,7 +58,8 @@ class RowTrainer:
             if rows is None:
                 continue
             padding = -1 if table.padding_idx is None else int(table.padding_idx)
-            self.states[name].update([table.weight], [rows], [rows], values, [1], [0], [padding], int(rows.shape[0]))
+            self.states[name].update([table.weight], [rows], [rows], values, [1], [0], [padding], int(rows.shape[0]),
+                                     [place_of(table)])
 
     def clear_grad(self) -> None:
         for table in self.tables.values():

@@ -35,6 +35,11 @@ class RowShare:
         """Rows this rank holds."""
         return held_rows(self.rows, self.rank, self.world_size)
 
+    @property
+    def place(self) -> tuple[int, int]:
+        """(first, stride): local row r is row first + r * stride of the whole table."""
+        return self.rank, self.world_size
+
     def global_rows(self) -> np.ndarray:
         """The global id of each held row, int64 [held_rows]."""
         return self.global_ids(np.arange(self.held_rows, dtype=np.int64))
@@ -47,6 +52,12 @@ class RowShare:
         """The local rows of those of ``ids`` (global, any shape) this rank holds, flat."""
         flat = np.asarray(ids, dtype=np.int64).reshape(-1)
         return flat[flat % self.world_size == self.rank] // self.world_size
+
+
+def place_of(layer: object) -> tuple[int, int]:
+    """(first, stride) of a table layer's rows in its whole table: its share's place, or (0, 1) when whole."""
+    share = getattr(layer, "row_share", None)
+    return (0, 1) if share is None else share.place
 
 
 def held_rows(rows: int, rank: int, world_size: int) -> int:

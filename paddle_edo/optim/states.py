@@ -83,23 +83,28 @@ class TableStates:
 
     def update(self, weights: Sequence[paddle.Tensor], ids: Sequence[paddle.Tensor], bounds: Sequence[paddle.Tensor],
                grad: paddle.Tensor, lengths: Sequence[int], modes: Sequence[int], paddings: Sequence[int],
-               batch: int) -> paddle.Tensor:
+               batch: int, places: Sequence[tuple[int, int]] | None = None) -> paddle.Tensor:
         """Apply the rule to every table (in ``keys()`` order) on the rows its ids touched, given the
         gradient of the lookup's [batch, width] output (collection.cc: CollectionUpdate); returns the
-        distinct rows updated per table."""
+        distinct rows updated per table. ``places``: per table, (first, stride) such that its row r is row
+        first + r * stride of the whole table (a rank's share), whose place keys compressed states'
+        rounding; (0, 1) for each by default."""
         optimizer, count = self.optimizer, len(self.states)
+        places = [(0, 1)] * count if places is None else list(places)
         return fused_ops().edo_collection_update(
             list(weights), [s[0] for s in self.states.values()], [s[1] for s in self.states.values()], list(ids),
             list(bounds), grad if grad.dtype == paddle.float32 else grad.astype("float32"), self.beta_pows,
             self.steps, list(lengths), list(modes), list(paddings), batch,
             [optimizer.rule] * count, [float(optimizer.learning_rate)] * count, [float(optimizer.epsilon)] * count,
             [float(optimizer.beta1)] * count, [float(optimizer.beta2)] * count, [float(optimizer.weight_decay)] * count,
-            [optimizer.state_format] * count)
+            [optimizer.state_format] * count, [first for first, _ in places], [stride for _, stride in places])
 
-    def update_rows(self, rows: paddle.Tensor, ids: paddle.Tensor, grad: paddle.Tensor, padding: int = -1) -> None:
+    def update_rows(self, rows: paddle.Tensor, ids: paddle.Tensor, grad: paddle.Tensor, padding: int = -1,
+                    place: tuple[int, int] = (0, 1)) -> None:
         """Apply the rule to rows held outside a weight tensor (a low_precision table's, decoded), for a state
         of one table: ``rows`` (float32 [n, dim], updated in place) are its rows ``ids`` (int64 [n], increasing),
-        ``grad`` their summed gradients; the padding row is left alone (collection.cc: RowsUpdate)."""
+        ``grad`` their summed gradients; the padding row is left alone (collection.cc: RowsUpdate). ``place``:
+        (first, stride), row r being row first + r * stride of the whole table (see ``update``)."""
         if len(self.states) != 1:
             raise EdoValueError(f"{self.owner}: update_rows serves the state of one table, not {len(self.states)}")
         optimizer = self.optimizer
@@ -107,4 +112,4 @@ class TableStates:
         fused_ops().edo_rows_update(rows, grad, ids, first, second, self.beta_pows, self.steps, table_rows, padding,
                                     optimizer.rule, float(optimizer.learning_rate), float(optimizer.epsilon),
                                     float(optimizer.beta1), float(optimizer.beta2), float(optimizer.weight_decay),
-                                    optimizer.state_format)
+                                    optimizer.state_format, *place)

@@ -25,6 +25,7 @@ TYPES = {
     "low_precision": ["embedding.type=quantized", "embedding.storage_format=int8", "embedding.mode=low_precision"],
     "low_precision_rule": ["embedding.type=quantized", "embedding.storage_format=int8", "embedding.mode=low_precision",
                            "train.table_optimizer.name=rowwise_adam"],  # a table rule, trained by rows at the owner
+    "int8_state": ["train.table_optimizer.state_dtype=int8"],  # the rule's 8-bit state, rounded stochastically
     "cached": ["embedding.type=cached", "embedding.cache_ratio=0.5", "embedding.min_cache_rows=8"],
     "hash": ["embedding.type=hash", "embedding.num_buckets=100"],   # whole on every rank, dense gradients
 }
