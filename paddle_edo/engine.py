@@ -82,16 +82,17 @@ class Engine:
             # fp32 tables train outside Paddle's optimizer: a collection's in its backward pass, the others
             # (composites' parts, tables of unfused runs) from their sparse gradients after it
             self.table_optimizer = fused_table_optimizer(config, 1 if self.sharded else self.world_size, self.device)
-            named = train["table_optimizer"]["name"] is not None  # low_precision tables take a rule named for them
+            named = train["table_optimizer"]["name"] is not None  # low_precision and cached tables take a rule
+            # named for them; else their own row update, or Paddle's optimizer bound to the cache
             if self.table_optimizer:
                 check_tables_reached(self.model, self.table_optimizer, named)
             fused = bind_table_optimizer(self.model, self.table_optimizer) \
                 if self.table_optimizer and collections_fuse(config) else []
-            self.row_trainer = bind_row_trainer(self.model, self.table_optimizer, low_precision=named) \
+            self.row_trainer = bind_row_trainer(self.model, self.table_optimizer, own_rules=named) \
                 if self.table_optimizer else None
             apart = fused + (self.row_trainer.parameters() if self.row_trainer else [])
             self.optimizer = create_optimizer(train, self.model, apart)
-            bind_optimizer(self.model, self.optimizer)  # cached tables carry the optimizer's row state
+            bind_optimizer(self.model, self.optimizer)  # cached tables no rule trains carry its row state
         self.table_fields = self.model.table_fields()  # table name -> field it looks up
         lengths = {f.name: f.max_len if f.multi_valued else 1 for f in self.fields}
         self.gradient_peaks = GradientPeaks({name: train["batch_size"] * lengths.get(field, 1)

@@ -46,17 +46,17 @@ def fused_table_optimizer(config: dict[str, Any], world_size: int = 1, device: s
 
 def check_tables_reached(model: paddle.nn.Layer, optimizer: TableOptimizer, named: bool) -> None:
     """Refuse a row-wise rule or a compressed state for a model whose tables include ones it cannot train:
-    cached tables (their rows carry train.optimizer's state between host and device), and low_precision ones
-    unless ``named`` (train.table_optimizer.name set: they take the rule; else they apply train.optimizer's
-    row rule); ConfigError naming the table and the key."""
-    if optimizer.name.startswith("rowwise") or optimizer.state_dtype != "float32":
+    cached and low_precision tables unless ``named`` (train.table_optimizer.name set: they take the rule;
+    else a cached table's rows carry train.optimizer's state between host and device, and a low_precision
+    table applies train.optimizer's row rule); ConfigError naming the table and the key."""
+    if (optimizer.name.startswith("rowwise") or optimizer.state_dtype != "float32") and not named:
         key, value = ("name", optimizer.name) if optimizer.name.startswith("rowwise") else \
             ("state_dtype", optimizer.state_dtype)
         for name, layer in model.named_sublayers():
-            why = ("a cached table: its rows carry train.optimizer's state between host and device"
-                   if isinstance(layer, CachedEmbedding) else
+            why = ("a cached table carries train.optimizer's state between host and device unless "
+                   "train.table_optimizer.name is set" if isinstance(layer, CachedEmbedding) else
                    "a low_precision table applies train.optimizer's row rule unless train.table_optimizer.name is set"
-                   if is_low_precision(layer) and not named else None)
+                   if is_low_precision(layer) else None)
             if why:
                 raise ConfigError(f"train.table_optimizer.{key} = {value!r} cannot train table {name!r} ({why}); "
                                   f"drop train.table_optimizer.{key}, or give that table another embedding.type")

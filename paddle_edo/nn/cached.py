@@ -17,12 +17,13 @@ from ..cache.host import HOST_KINDS
 from ..cache.policies import POLICIES
 from ..compat import dynamic_graph_under_sot
 from ..errors import EdoRuntimeError, EdoTypeError, EdoValueError
+from ..optim.states import TableStates
 from ..schema import ConfigError, Option
 from .base import EmbeddingBase, is_count
-from .dedup import deduplicated_lookup
+from .dedup import deduplicated_lookup, unique_ids
 from .dense import DenseEmbedding
 from .registry import register_embedding
-from .shards import share_being_built
+from .shards import place_of, share_being_built
 from .signature import accepts_old_signature
 from .swap import swap_sublayers
 
@@ -52,8 +53,10 @@ class CachedEmbedding(EmbeddingBase):
     Per lookup: distinct ids, hits and misses; misses are copied in with one batched copy after the
     policy's victims (``lru`` / ``lfu``) are written back if dirty. The optimizer's per-row state
     (Adagrad, lazy Adam) moves with the rows, so training equals training the resident table bit for
-    bit. Training needs ``bind_optimizer(model, optimizer)``; the engine does it. Dynamic graph only:
-    ``uncache(model)`` turns the layer into a DenseEmbedding for export.
+    bit. Training needs ``bind_optimizer(model, optimizer)``, or a ``RowTrainer`` whose TableOptimizer
+    rule (row-wise Adagrad, 8-bit Adam, ...) keeps the state of every row in host RAM, indexed by row, and
+    updates the step's rows wherever they sit (cache or host), on the CPU; the engine binds one or the
+    other. Dynamic graph only: ``uncache(model)`` turns the layer into a DenseEmbedding for export.
 
     ``path`` is the table file when ``host="mmap"`` (a folder, existing or ending in a separator, gets
     a file named after the layer); with ``reopen`` an existing file's rows are the table, else they are
@@ -111,16 +114,22 @@ class CachedEmbedding(EmbeddingBase):
         self.prefetcher = Prefetcher(self.host, self.slots) if prefetch else None
         self.stats = CacheStatistics()
         self.optimizer: paddle.optimizer.Optimizer | None = None
+        self.row_trainer = None  # (RowTrainer, name) when a table rule trains it instead (RowTrainer sets it)
         self._bypass: list[tuple[np.ndarray, paddle.Tensor, np.ndarray]] = []  # this step's host-served rows
         self._padding_slot: int | None = None
         self._admit_padding()
         self.register_state_dict_hook(self._full_table_state)
         self.cache.register_hook(self._refuse_unbound_gradient)
 
+    @property
+    def trained(self) -> bool:
+        """Whether an optimizer is bound or a RowTrainer trains this table (a step may then pin rows)."""
+        return self.optimizer is not None or self.row_trainer is not None
+
     def _refuse_unbound_gradient(self, grad: paddle.Tensor) -> paddle.Tensor:
         """A gradient reaching the cache needs the bound optimizer: it alone moves rows with their state, so
         a backward before ``bind_optimizer`` is refused here (a forward alone is a lookup and works)."""
-        if self.optimizer is None:
+        if not self.trained:
             raise EdoRuntimeError(f"{self.label}: training needs the optimizer bound to the cache: call "
                                   f"paddle_edo.nn.bind_optimizer(model, optimizer) after building the optimizer "
                                   f"and before the first backward")
@@ -173,9 +182,10 @@ class CachedEmbedding(EmbeddingBase):
                               "the cache trains with sparse row gradients")
         if embedding["host"] == "mmap" and not embedding["path"]:
             raise ConfigError("embedding.host = 'mmap' needs embedding.path, a folder for the table files")
-        if train["optimizer"] not in CACHEABLE_OPTIMIZERS:
+        if train["optimizer"] not in CACHEABLE_OPTIMIZERS and train["table_optimizer"]["name"] is None:
             raise ConfigError(f"train.optimizer = {train['optimizer']!r} cannot be used with embedding.type = "
-                              f"'cached'; expected one of {', '.join(map(repr, CACHEABLE_OPTIMIZERS))}")
+                              f"'cached'; expected one of {', '.join(map(repr, CACHEABLE_OPTIMIZERS))}, or a rule "
+                              f"for the tables in train.table_optimizer.name")
         if train["amp"]["enable"] and train["amp"]["level"] == "O2":
             raise ConfigError("train.amp.level = 'O2' cannot be used with embedding.type = 'cached' "
                               "(the host table is float32); use level 'O1'")
@@ -266,7 +276,7 @@ class CachedEmbedding(EmbeddingBase):
         host_ids = ids.numpy()
         # rows are pinned (and host-served rows made trainable) for the bound optimizer's step; without one a
         # forward looks rows up as nn.Embedding does, and a backward is refused (_refuse_unbound_gradient)
-        training = paddle.is_grad_enabled() and not self.cache.stop_gradient and self.optimizer is not None
+        training = paddle.is_grad_enabled() and not self.cache.stop_gradient and self.trained
         flat = host_ids.reshape(-1).astype(np.int64, copy=False)
         if not flat.size:
             return self.empty_lookup(ids)
@@ -329,6 +339,51 @@ class CachedEmbedding(EmbeddingBase):
             if self.prefetcher is not None:
                 self.prefetcher.note_written(ids)
             self.stats.count(bytes_to_host=updated.nbytes)
+        self._bypass.clear()
+
+    @paddle.no_grad()
+    def apply_table_rule(self, states: TableStates) -> None:
+        """Apply a TableOptimizer's rule (``states``: this table's, every row's, in host RAM) to the rows of
+        this step, the cached ones and those read from the host alike, in one update (one step of the rule's
+        counts): each distinct row's summed gradient, the cached rows updated in their slots, the others
+        written back to the host store. CPU only (the rule's kernels)."""
+        ids, rows, grads, sources = [], [], [], []
+        grad = self.cache._grad_ivar()
+        if grad is not None and grad._is_initialized() and grad.is_selected_rows() and len(grad.rows()):
+            slots = np.asarray(grad.rows(), dtype=np.int64)
+            ids.append(self.slots.id_of_slot[slots])
+            grads.append(grad._get_tensor_from_selected_rows())
+        for bypass_ids, bypass, _ in self._bypass:
+            grad = bypass._grad_ivar()
+            if grad is not None and grad._is_initialized() and grad.is_selected_rows() and len(grad.rows()):
+                ids.append(bypass_ids[np.asarray(grad.rows(), dtype=np.int64)])
+                grads.append(grad._get_tensor_from_selected_rows())
+        if not ids:
+            return
+        unique, inverse = unique_ids(paddle.to_tensor(np.concatenate(ids)))
+        summed = paddle.zeros([unique.shape[0], self.embedding_dim], dtype="float32").index_add(
+            inverse, 0, paddle.concat(grads).astype("float32"))
+        host_ids = unique.numpy()
+        slots = self.slots.slot_of[host_ids]
+        cached = slots >= 0
+        rows = np.empty((len(host_ids), self.embedding_dim), dtype=np.float32)
+        cached_slots = paddle.to_tensor(slots[cached], place=self.cache.place)
+        if cached.any():
+            rows[cached] = paddle.gather(self.cache, cached_slots).numpy()
+        for bypass_ids, bypass, _ in self._bypass:  # a step's bypassed rows are the only copies of theirs
+            position = np.searchsorted(host_ids, bypass_ids)
+            found = (position < len(host_ids)) & (host_ids[np.minimum(position, len(host_ids) - 1)] == bypass_ids)
+            rows[position[found]] = bypass.numpy()[found]
+        updated = paddle.to_tensor(rows)
+        states.update_rows(updated, unique, summed, -1 if self.padding_idx is None else self.padding_idx, place_of(self))
+        values = updated.numpy()
+        if cached.any():
+            paddle.scatter_(self.cache, cached_slots, paddle.to_tensor(values[cached], place=self.cache.place))
+        if not cached.all():
+            self.host.write(host_ids[~cached], values[~cached][:, None])
+            if self.prefetcher is not None:
+                self.prefetcher.note_written(host_ids[~cached])
+            self.stats.count(bytes_to_host=values[~cached].nbytes)
         self._bypass.clear()
 
     def prefetch(self, ids: paddle.Tensor | np.ndarray) -> None:
@@ -507,9 +562,10 @@ def cached_layers(model: paddle.nn.Layer) -> dict[str, CachedEmbedding]:
 
 
 def bind_optimizer(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer) -> list[str]:
-    """Bind every cached table of ``model`` to ``optimizer``: their rows carry its per-row state, and
-    ``optimizer.clear_grad()`` releases the rows a step held. Returns the names of the tables bound."""
-    layers = cached_layers(model)
+    """Bind every cached table of ``model`` that no RowTrainer trains to ``optimizer``: their rows carry
+    its per-row state, and ``optimizer.clear_grad()`` releases the rows a step held. Returns the names of
+    the tables bound."""
+    layers = {name: layer for name, layer in cached_layers(model).items() if layer.row_trainer is None}
     for layer in layers.values():
         layer.bind(optimizer)
     if layers:

@@ -6,7 +6,8 @@ the rule to the rows that gradient names, with the collection's native update (d
 order, as Paddle's sparse optimizers merge them), so the same rule and state formats (row-wise, 16-bit,
 8-bit) serve every table, and a table's state is the trainer's, not Paddle's optimizer's. A low_precision
 table, which has no fp32 weight, hands over its decoded rows and their summed gradients, and re-encodes
-what the rule makes of them."""
+what the rule makes of them; a cached table hands over the step's rows from its cache and its host store,
+and puts them back where they were."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -18,6 +19,7 @@ from ..errors import EdoValueError
 from ..optim import TableOptimizer
 from ..optim.states import TableStates
 from .base import EmbeddingBase
+from .cached import CachedEmbedding
 from .collection import collections_of, fused_layer
 from .quantized import is_low_precision
 from .shards import place_of
@@ -25,9 +27,10 @@ from .shards import place_of
 
 class RowTrainer:
     """Applies ``optimizer`` to ``tables`` (name -> fp32 DenseEmbedding, a ptq / qat table's fp32 master,
-    or a low_precision QuantizedEmbedding) from their gradients: sparse ones by their rows, a dense one
-    (``sparse=False``) to every row, a low_precision table's to the rows its lookups decoded. Each table is
-    told it is trained here (``layer.row_trainer``), for the memory report and for low_precision lookups."""
+    a low_precision QuantizedEmbedding or a CachedEmbedding) from their gradients: sparse ones by their
+    rows, a dense one (``sparse=False``) to every row, a low_precision table's to the rows its lookups
+    decoded, a cached table's to the rows of its step. Each table is told it is trained here
+    (``layer.row_trainer``), for the memory report and for low_precision and cached lookups."""
 
     def __init__(self, optimizer: TableOptimizer, tables: Mapping[str, EmbeddingBase]) -> None:
         self.optimizer = optimizer
@@ -39,7 +42,8 @@ class RowTrainer:
 
     def parameters(self) -> list[paddle.Tensor]:
         """The weights trained here (to leave out of Paddle's optimizer)."""
-        return [table.weight for table in self.tables.values() if not is_low_precision(table)]
+        return [table.cache if isinstance(table, CachedEmbedding) else table.weight
+                for table in self.tables.values() if not is_low_precision(table)]
 
     def trained_tables(self) -> list[str]:
         return list(self.tables)
@@ -51,7 +55,7 @@ class RowTrainer:
     def step(self) -> None:
         """Update each table's rows from its gradient (a table without one this step takes no step)."""
         for name, table in self.tables.items():
-            if is_low_precision(table):
+            if is_low_precision(table) or isinstance(table, CachedEmbedding):
                 table.apply_table_rule(self.states[name])
                 continue
             rows, values = _row_gradient(table.weight)
@@ -63,7 +67,10 @@ class RowTrainer:
 
     def clear_grad(self) -> None:
         for table in self.tables.values():
-            if not is_low_precision(table):  # its decoded rows are let go by its update
+            if isinstance(table, CachedEmbedding):  # and its step's rows may move again
+                table.cache.clear_gradient(False)
+                table.end_step()
+            elif not is_low_precision(table):  # its decoded rows are let go by its update
                 table.weight.clear_gradient(False)
 
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -91,19 +98,20 @@ def _row_gradient(weight: paddle.Tensor) -> tuple[paddle.Tensor | None, paddle.T
     return paddle.arange(weight.shape[0], dtype="int64"), grad
 
 
-def row_trained_tables(model: paddle.nn.Layer, low_precision: bool = False) -> dict[str, EmbeddingBase]:
+def row_trained_tables(model: paddle.nn.Layer, own_rules: bool = False) -> dict[str, EmbeddingBase]:
     """The model's fp32 tables (DenseEmbedding, composites' parts among them, and ptq / qat tables still
     training an fp32 master) that no collection's bound optimizer trains, by sublayer name; with
-    ``low_precision``, its low_precision tables too."""
+    ``own_rules``, its low_precision and cached tables too (which otherwise train by train.optimizer's
+    rule: their own row update, Paddle's optimizer bound to the cache)."""
     fused = {id(collection[key]) for collection in collections_of(model).values() for key in collection.trained_tables()}
     return {name: layer for name, layer in model.named_sublayers()
             if (fused_layer(layer) and id(layer) not in fused and not layer.weight.stop_gradient)
-            or (low_precision and is_low_precision(layer))}
+            or (own_rules and (is_low_precision(layer) or isinstance(layer, CachedEmbedding)))}
 
 
-def bind_row_trainer(model: paddle.nn.Layer, optimizer: TableOptimizer, low_precision: bool = False
+def bind_row_trainer(model: paddle.nn.Layer, optimizer: TableOptimizer, own_rules: bool = False
                      ) -> RowTrainer | None:
-    """A RowTrainer for ``row_trained_tables(model, low_precision)`` (None when there are none)."""
-    tables = row_trained_tables(model, low_precision)
+    """A RowTrainer for ``row_trained_tables(model, own_rules)`` (None when there are none)."""
+    tables = row_trained_tables(model, own_rules)
     return RowTrainer(optimizer, tables) if tables else None
 

@@ -26,8 +26,9 @@ TRAINING_FORMATS = ("fp16", "bf16", "int8")  # packed while they train (low_prec
 def training_candidate(candidate: Candidate) -> Candidate | None:
     """The candidate as a training run holds it: packed formats that train packed become low_precision
     tables; those that train an fp32 master (int4 and narrower, quantization-aware), packed inner tables of
-    row-sharing layers, and cached tables (whose rows carry Paddle's optimizer state, not a table rule's)
-    save nothing while training or cannot take the rule, so they are left out (None)."""
+    row-sharing layers, and cached tables (planned against a device's memory, where no table rule runs: the
+    rules' kernels are the CPU's) save nothing while training or cannot take the rule, so they are left out
+    (None)."""
     section = candidate.section
     if candidate.method == "cached" or section.get("storage_format", "fp32") not in ("fp32", *TRAINING_FORMATS):
         return None

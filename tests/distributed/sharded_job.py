@@ -27,6 +27,8 @@ TYPES = {
                            "train.table_optimizer.name=rowwise_adam"],  # a table rule, trained by rows at the owner
     "int8_state": ["train.table_optimizer.state_dtype=int8"],  # the rule's 8-bit state, rounded stochastically
     "cached": ["embedding.type=cached", "embedding.cache_ratio=0.5", "embedding.min_cache_rows=8"],
+    "cached_rule": ["embedding.type=cached", "embedding.cache_ratio=0.5", "embedding.min_cache_rows=8",
+                    "train.table_optimizer.name=rowwise_adagrad"],  # the rule's state for every row, in host RAM
     "hash": ["embedding.type=hash", "embedding.num_buckets=100"],   # whole on every rank, dense gradients
 }
 MANIFEST = Path("checkpoints") / "last.sharded.json"

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests" / "distributed"))
 from sharded_job import MANIFEST, config_for, run  # noqa: E402
 
 CASES = ["dense-sgd", "dense-adagrad", "dense-adam", "int8_state-adam", "qat-adam", "low_precision-adagrad",
-         "low_precision_rule-adam", "cached-adam", "hash-adam"]
+         "low_precision_rule-adam", "cached-adam", "cached_rule-adagrad", "hash-adam"]
 # SGD moves by the gradient: 1e-6 of the weights' scale; Adagrad and Adam divide each coordinate by its own
 # gradients' scale, which turns the float summation order of a near-zero gradient into a visible step
 TOLERANCE = {"sgd": 1e-6, "adagrad": 5e-5, "adam": 5e-5}

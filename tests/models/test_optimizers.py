@@ -90,7 +90,7 @@ def test_where_collections_cannot_fuse_tables_train_by_rows_with_the_same_rule(s
         assert table.optimizer_estimated_bytes == table.optimizer_held_bytes == 4 * table.rows + 16
 
 
-@pytest.mark.parametrize("table,key,value", [({"type": "cached", "cache_ratio": 0.5}, "name", "rowwise_adagrad"),
+@pytest.mark.parametrize("table,key,value", [({"type": "cached", "cache_ratio": 0.5}, "state_dtype", "int8"),
                                              ({"type": "quantized", "mode": "low_precision"}, "state_dtype", "int8")])
 def test_a_table_rule_is_refused_naming_a_table_it_cannot_train(synthetic_config, table, key, value):
     from paddle_edo.engine import Engine
@@ -134,3 +134,36 @@ def test_low_precision_tables_take_a_named_table_rule_and_resume_it(synthetic_co
     assert sorted(resumed.row_trainer.state_dict()) == sorted(state)
     for key, value in state.items():
         np.testing.assert_array_equal(resumed.row_trainer.state_dict()[key], value, err_msg=key)
+
+
+@pytest.mark.parametrize("host", ["memory", "mmap"])
+def test_cached_tables_take_a_named_table_rule_and_resume_it(synthetic_config, host, tmp_path):
+    """With train.table_optimizer.name set, a cached table trains by rows with the rule (row-wise Adagrad:
+    one fp32 a row, for every row, in host RAM) and any train.optimizer for the other layers: its host rows
+    move, its state is counted as held and estimated, and a resume restores rows and state exactly."""
+    from paddle_edo.engine import Engine
+    config = synthetic_config(table_optimizer={"name": "rowwise_adagrad"}, epochs=1)
+    config["train"]["optimizer"] = "momentum"  # the dense layers'; a cache alone carries only sgd/adagrad/adam
+    config["embedding"].update({"type": "cached", "cache_ratio": 0.3, "min_cache_rows": 8, "host": host,
+                                "path": str(tmp_path / "tables") if host == "mmap" else None})
+    engine = Engine(config)
+    tables = engine.row_trainer.tables
+    assert {f"embeddings.{f.name}" for f in engine.fields} <= set(tables)
+    assert all(table.optimizer is None and table.host.state_names == [] for table in tables.values())
+    start = {name: table.host.column("weight").copy() for name, table in tables.items()}
+    engine.train_epochs(validate=False)
+    for name, table in tables.items():
+        table.flush()
+        assert not np.array_equal(table.host.column("weight"), start[name])
+    for table in engine.memory_report().tables:
+        assert table.optimizer == "rowwise_adagrad (by rows)"
+        assert table.optimizer_estimated_bytes == table.optimizer_held_bytes == 4 * table.rows
+    state = engine.row_trainer.state_dict()
+    weights = {name: table.host.column("weight").copy() for name, table in tables.items()}
+    path = engine.save()
+    resumed = Engine(config)
+    resumed.load(path)
+    for key, value in state.items():
+        np.testing.assert_array_equal(resumed.row_trainer.state_dict()[key], value, err_msg=key)
+    for name, table in resumed.row_trainer.tables.items():
+        np.testing.assert_array_equal(table.host.column("weight"), weights[name], err_msg=name)

@@ -6,7 +6,8 @@ import pytest
 
 from paddle_edo.errors import EdoValueError
 from paddle_edo.kernels import fused_ops
-from paddle_edo.nn import DenseEmbedding, HashEmbedding, MixedDimEmbedding, QREmbedding, QuantizedEmbedding
+from paddle_edo.nn import (CachedEmbedding, DenseEmbedding, HashEmbedding, MixedDimEmbedding, QREmbedding,
+                           QuantizedEmbedding)
 from paddle_edo.nn.row_trainer import RowTrainer, bind_row_trainer, row_trained_tables
 from paddle_edo.optim import TableOptimizer
 
@@ -147,19 +148,82 @@ def test_low_precision_tables_join_a_row_trainer_when_asked_and_resume_exactly()
     optimizer = TableOptimizer("adam", 0.01, state_dtype="int8")
     assert sorted(row_trained_tables(model())) == ["dense"]
     whole = model()
-    assert sorted(row_trained_tables(whole, low_precision=True)) == ["dense", "packed"]
+    assert sorted(row_trained_tables(whole, own_rules=True)) == ["dense", "packed"]
     start = whole.packed.codes.numpy().copy()
-    train(whole, bind_row_trainer(whole, optimizer, low_precision=True), batches, 0)
+    train(whole, bind_row_trainer(whole, optimizer, own_rules=True), batches, 0)
     assert not np.array_equal(whole.packed.codes.numpy(), start)
     first = model()
-    trainer = bind_row_trainer(first, optimizer, low_precision=True)
+    trainer = bind_row_trainer(first, optimizer, own_rules=True)
     train(first, trainer, batches[:2], 0)
     saved, state = {k: v.numpy().copy() for k, v in first.state_dict().items()}, trainer.state_dict()
     assert state["packed.state1"].dtype == np.int8 and state["packed.state1"].shape == (300, 16 + 4)
     resumed = model()
     resumed.set_state_dict({k: paddle.to_tensor(v) for k, v in saved.items()})
-    trainer = bind_row_trainer(resumed, optimizer, low_precision=True)
+    trainer = bind_row_trainer(resumed, optimizer, own_rules=True)
     trainer.load(state, "test")
     train(resumed, trainer, batches[2:], 2)
     for key, value in whole.state_dict().items():
         np.testing.assert_array_equal(resumed.state_dict()[key].numpy(), value.numpy(), err_msg=key)
+
+
+@pytest.mark.parametrize("host", ["memory", "mmap"])
+@pytest.mark.parametrize("rule, state_dtype", [("rowwise_adagrad", "float32"), ("adam", "int8"),
+                                               ("rowwise_adam", "bfloat16")])
+def test_a_cached_table_trained_by_a_rule_equals_the_resident_table(rule, state_dtype, host, tmp_path):
+    """Rows in the cache, evicted to the host and read past a full cache (more distinct ids than slots) all
+    take the rule as a resident table's rows do, bit for bit, with the state of every row in the trainer."""
+    paddle.seed(5)
+    cached = CachedEmbedding(60, 8, cache_rows=12, padding_idx=0, host=host, path=tmp_path / "t.f32",
+                             prefetch=False)
+    dense = DenseEmbedding(60, 8, padding_idx=0)
+    paddle.assign(paddle.to_tensor(cached.host.column("weight").copy()), dense.weight)
+    optimizer = TableOptimizer(rule, 0.05, state_dtype=state_dtype)
+    by_rows, reference = RowTrainer(optimizer, {"t": cached}), RowTrainer(optimizer, {"t": dense})
+    assert by_rows.parameters() == [cached.cache] and cached.row_trainer == (by_rows, "t")
+    rng = np.random.default_rng(4)
+    for step in range(6):
+        ids = paddle.to_tensor(rng.integers(0, 60, [8 if step % 2 else 20, 2]))  # 20 x 2 ids: past 12 slots
+        target = paddle.to_tensor(rng.normal(size=[ids.shape[0], 2, 8]).astype("float32"))
+        for layer, trainer in ((cached, by_rows), (dense, reference)):
+            ((layer(ids) - target) ** 2).mean().backward()
+            trainer.step()
+            trainer.clear_grad()
+    assert cached.stats.as_dict()["bypass_rows"] > 0 and cached.stats.as_dict()["evictions"] > 0
+    cached.flush()
+    np.testing.assert_array_equal(cached.host.column("weight"), dense.weight.numpy())
+    state, expected = by_rows.state_dict(), reference.state_dict()
+    for key in expected:
+        np.testing.assert_array_equal(state[key], expected[key], err_msg=key)
+    assert by_rows.state_held_bytes("t") == optimizer.state_bytes(60, 8)
+
+
+def test_a_cached_table_joins_a_row_trainer_when_asked_and_resumes_exactly(tmp_path):
+    def model():
+        paddle.seed(3)
+        layer = paddle.nn.Layer()
+        layer.cached = CachedEmbedding(200, 8, cache_rows=40, prefetch=False)
+        return layer
+
+    def train(layer, trainer, batches):
+        for ids in batches:
+            (layer.cached(ids) ** 2).sum().backward()
+            trainer.step()
+            trainer.clear_grad()
+
+    rng = np.random.default_rng(6)
+    batches = [paddle.to_tensor(rng.integers(0, 200, 64)) for _ in range(4)]
+    optimizer = TableOptimizer("rowwise_adagrad", 0.05, state_dtype="float32")
+    assert row_trained_tables(model()) == {}
+    whole = model()
+    train(whole, bind_row_trainer(whole, optimizer, own_rules=True), batches)
+    first = model()
+    trainer = bind_row_trainer(first, optimizer, own_rules=True)
+    train(first, trainer, batches[:2])
+    saved, state = {k: v.numpy().copy() for k, v in first.state_dict().items()}, trainer.state_dict()
+    assert sorted(saved) == ["cached.weight"] and state["cached.state1"].shape == (200,)
+    resumed = model()
+    resumed.cached.set_state_dict({"weight": saved["cached.weight"]})
+    trainer = bind_row_trainer(resumed, optimizer, own_rules=True)
+    trainer.load(state, "test")
+    train(resumed, trainer, batches[2:])
+    np.testing.assert_array_equal(resumed.state_dict()["cached.weight"].numpy(), whole.state_dict()["cached.weight"].numpy())
