@@ -18,6 +18,7 @@ from ..cache.policies import POLICIES
 from ..compat import dynamic_graph_under_sot
 from ..errors import EdoRuntimeError, EdoTypeError, EdoValueError
 from ..optim.states import TableStates
+from ..quant.row_records import RECORD_FORMATS, RowRecords
 from ..schema import ConfigError, Option
 from .base import EmbeddingBase, is_count
 from .dedup import deduplicated_lookup, unique_ids
@@ -29,6 +30,8 @@ from .swap import swap_sublayers
 
 ROW_STATE_PREFIX = "row_state_"  # state_dict keys of the per-row optimizer state, beside "weight"
 CACHEABLE_OPTIMIZERS = ("sgd", "adagrad", "adam")
+HOST_FORMATS = ("float32", *RECORD_FORMATS)
+FILE_SUFFIXES = {"float32": ".f32", "fp16": ".fp16", "int8": ".int8"}
 
 
 def _row_state(optimizer: paddle.optimizer.Optimizer, owner: str) -> dict[str, float]:
@@ -58,6 +61,11 @@ class CachedEmbedding(EmbeddingBase):
     updates the step's rows wherever they sit (cache or host), on the CPU; the engine binds one or the
     other. Dynamic graph only: ``uncache(model)`` turns the layer into a DenseEmbedding for export.
 
+    ``host_format="int8"`` (or ``"fp16"``) keeps the host rows packed, as a low_precision table of the
+    format keeps its rows (68 bytes a row at dim 64, a quarter of fp32's): a row read from the host is
+    decoded into the fp32 cache, and re-encoded with stochastic rounding when it goes back. Such rows keep no
+    optimizer state beside them: train with SGD or a RowTrainer's table rule.
+
     ``path`` is the table file when ``host="mmap"`` (a folder, existing or ending in a separator, gets
     a file named after the layer); with ``reopen`` an existing file's rows are the table, else they are
     initialised afresh.
@@ -75,6 +83,8 @@ class CachedEmbedding(EmbeddingBase):
         "cache_rows": Option(None, int, low=1, nullable=True, doc="cache size in rows (overrides cache_ratio)"),
         "policy": Option("lru", str, choices=tuple(POLICIES), doc="eviction policy"),
         "host": Option("memory", str, choices=HOST_KINDS, doc="where the full table lives"),
+        "host_format": Option("float32", str, choices=HOST_FORMATS, doc="how the host store keeps rows: fp32, or "
+                                                                        "packed (SGD or a table rule only)"),
         "path": Option(None, str, nullable=True, doc="folder for the table files when host: mmap"),
         "prefetch": Option(True, bool, doc="read the next batch's missing rows on a background thread"),
         "deduplicate": Option(True, bool, doc="training lookups go through the batch's distinct ids"),
@@ -84,12 +94,13 @@ class CachedEmbedding(EmbeddingBase):
     }
 
     @accepts_old_signature(("num_embeddings", "embedding_dim", "cache_rows", "cache_ratio", "policy", "host", "path",
-                            "prefetch", "padding_idx", "sparse", "check_ids", "init_std", "reopen", "deduplicate"))
+                            "prefetch", "padding_idx", "sparse", "check_ids", "init_std", "reopen", "deduplicate",
+                            "host_format"))
     def __init__(self, num_embeddings: int, embedding_dim: int, cache_rows: int | None = None, *,
                  padding_idx: int | None = None, sparse: bool = True, weight_attr: paddle.ParamAttr | None = None,
                  name: str | None = None, cache_ratio: float = 0.2, policy: str = "lru", host: str = "memory",
                  path: str | Path | None = None, prefetch: bool = True, init_std: float = 0.01, reopen: bool = True,
-                 deduplicate: bool = True, range_check: bool = True) -> None:
+                 deduplicate: bool = True, range_check: bool = True, host_format: str = "float32") -> None:
         super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx, sparse=sparse, name=name,
                          range_check=range_check)
         self.deduplicate = bool(deduplicate)
@@ -98,8 +109,12 @@ class CachedEmbedding(EmbeddingBase):
             raise EdoValueError(f"{name}: sparse = False is not supported: the cache trains with sparse row gradients")
         self.cache_rows = self._resolve_cache_rows(cache_rows, cache_ratio)
         share = share_being_built()  # a rank's share: its rows of the whole table, in a file of its own
+        if host_format not in HOST_FORMATS:
+            raise EdoValueError(f"{name}: host_format = {host_format!r}; expected one of "
+                                f"{', '.join(map(repr, HOST_FORMATS))}")
+        self.host_format = host_format
         if path is not None and host == "mmap" and (str(path).endswith(os.sep) or Path(path).is_dir()):
-            path = Path(path) / f"{self.full_name()}.f32"
+            path = Path(path) / f"{self.full_name()}{FILE_SUFFIXES[host_format]}"
         if path is not None and share is not None:
             path = Path(f"{path}.rank{share.rank}of{share.world_size}")
         seed = int(paddle.randint(0, 2**31 - 1, [1]).item())  # paddle.seed() decides the initial table
@@ -107,7 +122,9 @@ class CachedEmbedding(EmbeddingBase):
         self.host = HostStore(self.num_embeddings, self.embedding_dim, host, path, init_std, seed,
                               zero_row=self.padding_idx, reopen=reopen, owner=name,
                               fill=None if initializer is None else _filled_by(initializer),
-                              global_rows=(share.rank, share.world_size) if share is not None else (0, 1))
+                              global_rows=(share.rank, share.world_size) if share is not None else (0, 1),
+                              records=None if host_format == "float32" else
+                              RowRecords(host_format, self.embedding_dim, f"{name}: host_format"))
         self.cache = self.create_parameter([self.cache_rows, self.embedding_dim], dtype="float32",
                                            default_initializer=paddle.nn.initializer.Constant(0.0))
         self.slots = SlotMap(self.num_embeddings, self.cache_rows, policy, owner=name)
@@ -182,6 +199,12 @@ class CachedEmbedding(EmbeddingBase):
                               "the cache trains with sparse row gradients")
         if embedding["host"] == "mmap" and not embedding["path"]:
             raise ConfigError("embedding.host = 'mmap' needs embedding.path, a folder for the table files")
+        if embedding["host_format"] != "float32" and train["optimizer"] != "sgd" \
+                and train["table_optimizer"]["name"] is None:
+            raise ConfigError(f"embedding.host_format = {embedding['host_format']!r} keeps no optimizer state beside "
+                              f"the host rows, but train.optimizer = {train['optimizer']!r} keeps some for every row; "
+                              f"use 'sgd', name a table rule in train.table_optimizer.name (e.g. 'rowwise_adagrad'), "
+                              f"or keep embedding.host_format 'float32'")
         if train["optimizer"] not in CACHEABLE_OPTIMIZERS and train["table_optimizer"]["name"] is None:
             raise ConfigError(f"train.optimizer = {train['optimizer']!r} cannot be used with embedding.type = "
                               f"'cached'; expected one of {', '.join(map(repr, CACHEABLE_OPTIMIZERS))}, or a rule "
@@ -210,6 +233,10 @@ class CachedEmbedding(EmbeddingBase):
     def bind(self, optimizer: paddle.optimizer.Optimizer) -> None:
         """Carry ``optimizer``'s per-row state with the rows; writes back and empties the cache first."""
         states = _row_state(optimizer, self.label)
+        if states and self.host_format != "float32":
+            raise EdoValueError(f"{self.label}: host_format = {self.host_format!r} keeps no optimizer state beside the "
+                                f"host rows, but {type(optimizer).__name__} keeps {list(states)} for every row; train "
+                                f"it with SGD or a RowTrainer's table rule, or keep host_format 'float32'")
         trained = [p for item in optimizer._param_groups
                    for p in (item["params"] if isinstance(item, dict) else [item])]
         if not any(p is self.cache for p in trained):
@@ -443,10 +470,15 @@ class CachedEmbedding(EmbeddingBase):
         self.stats.count(rows_written_back=len(ids), bytes_to_host=rows.nbytes)
 
     def flush(self) -> None:
-        """Write every dirty cached row (and its optimizer state) back to the host store."""
+        """Write every dirty cached row (and its optimizer state) back to the host store. Packed host rows
+        are rounded as they go, and a row's value then depends on when it went back: the cache is emptied,
+        so that a run resumed from the host rows (with an empty cache, and the lru policy) goes on exactly
+        as the flushed one does."""
         ids, slots = self.slots.dirty_rows()
         self._write_back(ids, slots)
         self.slots.mark_clean(slots)
+        if self.host.records is not None:
+            self._empty_cache()
         self.host.flush()
 
     def _admit_padding(self) -> None:
@@ -466,25 +498,47 @@ class CachedEmbedding(EmbeddingBase):
         self._admit_padding()
 
     # ------------------------------------------------------------ state
+    @property
+    def packed_state_keys(self) -> list[str]:
+        """A packed host's state entries: its codes and fp16 row parameters, named as a QuantizedEmbedding
+        of the format names them (``int8_codes``, ``int8_row_params``; ``fp16_codes``)."""
+        keys = [f"{self.host_format}_codes"]
+        return keys + [f"{self.host_format}_row_params"] if self.host.records.format.row_params else keys
+
+    def owns_state_key(self, key: str) -> bool:
+        """Whether ``key`` (relative to the layer) is one of its state entries."""
+        if self.host.records is not None:
+            return key in self.packed_state_keys
+        return key == "weight" or key.startswith(ROW_STATE_PREFIX)
+
     def _full_table_state(self, destination: dict[str, Any]) -> None:
-        """state_dict hook: the full host table and row state replace the cache tensor."""
+        """state_dict hook: the full host table and row state replace the cache tensor (packed host rows:
+        their codes and row parameters, as they are)."""
         key = next((k for k, v in destination.items() if v is self.cache), None)
         if key is None:
             return
         prefix = key[: -len("cache")]
         del destination[key]
         self.flush()
+        if self.host.records is not None:
+            for entry, array in zip(self.packed_state_keys, self.host.records.split(np.asarray(self.host.array))):
+                destination[prefix + entry] = paddle.to_tensor(array, place=paddle.CPUPlace())
+            return
         for name in self.host.names:
             entry = "weight" if name == "weight" else ROW_STATE_PREFIX + name
             column = np.ascontiguousarray(self.host.column(name))
             destination[prefix + entry] = paddle.to_tensor(column, place=paddle.CPUPlace())
 
     def set_state_dict(self, state_dict: dict[str, Any], use_structured_name: bool = True) -> None:
-        """Load a full table (``weight`` and ``row_state_*``, as ``state_dict()`` gives them)."""
+        """Load a full table (``weight`` and ``row_state_*``, or a packed host's codes and row parameters,
+        as ``state_dict()`` gives them)."""
         self.load_host_state(state_dict)
 
     def load_host_state(self, values: dict[str, Any]) -> None:
         name = self.label
+        if self.host.records is not None:
+            self._load_packed_state(values)
+            return
         expected = ["weight", *(ROW_STATE_PREFIX + s for s in self.host.state_names)]
         missing = [k for k in expected if k not in values]
         if missing:
@@ -504,6 +558,22 @@ class CachedEmbedding(EmbeddingBase):
             raise EdoValueError(f"{name}: the state holds {sorted(arrays)}, but the bound optimizer keeps "
                                 f"{self.host.names}; load it with the optimizer it was trained with")
         self._empty_cache(arrays)
+
+    def _load_packed_state(self, values: dict[str, Any]) -> None:
+        """A packed host's codes and row parameters, checked by name, dtype and shape."""
+        records, expected = self.host.records, self.packed_state_keys
+        if sorted(values) != sorted(expected):
+            differing = sorted(set(values) ^ set(expected))[0]
+            raise EdoValueError(f"{self.label}: state entry {differing!r} does not match: a cached table with "
+                                f"host_format = {self.host_format!r} holds {expected}")
+        arrays = [v.numpy() if isinstance(v, paddle.Tensor) else np.asarray(v) for v in (values[k] for k in expected)]
+        codes, params = arrays[0], arrays[1] if len(arrays) > 1 else None
+        want = records.split(np.zeros((1, records.record_bytes), dtype=np.uint8))
+        for key, array, like in zip(expected, arrays, want):
+            if array.dtype != like.dtype or array.shape != (self.num_embeddings, *like.shape[1:]):
+                raise EdoValueError(f"{self.label}: {key!r} is {array.dtype} {list(array.shape)}, expected "
+                                    f"{like.dtype} {[self.num_embeddings, *like.shape[1:]]}")
+        self._empty_cache({"records": records.join(codes, params)})
 
     def to_dense(self) -> DenseEmbedding:
         """A DenseEmbedding holding the full table (for export and serving)."""
@@ -603,8 +673,7 @@ def load_model_with_caches(model: paddle.nn.Layer, state: dict[str, Any]) -> dic
     for name, layer in cached_layers(model).items():
         prefix = f"{name}." if name else ""
         own = {k[len(prefix):]: rest.pop(k) for k in list(rest)
-               if k.startswith(prefix) and (k[len(prefix):] == "weight"
-                                            or k[len(prefix):].startswith(ROW_STATE_PREFIX))}
+               if k.startswith(prefix) and layer.owns_state_key(k[len(prefix):])}
         layer.load_host_state(own)
         rest[prefix + "cache"] = layer.cache
     return rest

@@ -13,7 +13,8 @@ from ..kernels import fused_ops, ids_checked_by_kernel, kernels_serve
 from ..keyed_random import keyed_normal, rounding_noise, rounding_seed
 from ..optim.states import TableStates
 from ..quant import codecs
-from ..quant.formats import FORMATS, QuantFormat, get_format
+from ..quant.row_records import encode_nearest
+from ..quant.formats import FORMAT_NUMBERS, FORMATS, QuantFormat, get_format
 from ..runtime import release_freed_memory
 from ..schema import ConfigError, Option
 from .base import EmbeddingBase, int64_ids, table_settings
@@ -28,7 +29,6 @@ ROW_OPTIMIZERS = ("sgd", "adagrad")
 ENCODE_CHUNK_ROWS = 1 << 16
 RELEASE_FROM_BYTES = 1 << 20  # a smaller master leaves no more behind; handing memory back takes ~2 ms a call
 ADAGRAD_EPSILON = 1e-8
-FORMAT_NUMBERS = {name: number for number, name in enumerate(FORMATS)}  # the kernels' numbering
 FUSED_FAKE_QUANTIZATION = ("fp16", "bf16", "int8", "int4", "int2")  # kernels/fake_quant.cc; the others scale by a mean
 ROW_RANGES = ("auto", "search", "min_max")
 OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
@@ -189,17 +189,8 @@ class QuantizedEmbedding(EmbeddingBase):
         return codecs.RANGE_ITERATIONS if searched and self.format.row_params == 2 else 0
 
     def _encode(self, rows: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor | None]:
-        """codecs.encode of fp32 rows (round to nearest) on this table's ranges: by the native kernels for
-        intN and 16-bit float rows on the CPU (the same bytes), else by Paddle's composite ops."""
-        iterations = self.range_iterations
-        if self.format.row_params == 2 and paddle.in_dynamic_mode() and kernels_serve(rows, rows):
-            return fused_ops().edo_encode_rows(rows, FORMAT_NUMBERS[self.format.name], iterations)
-        if self.format.is_float and paddle.in_dynamic_mode() and kernels_serve(rows, rows):
-            # the values on the 16-bit grid (rounded as codecs.round_to_float rounds), then a cast that is exact
-            grid = fused_ops().edo_fake_quantize(rows, FORMAT_NUMBERS[self.format.name], 0)
-            return grid.astype(self.format.float_dtype), None
-        ranges = codecs.search_range(rows, self.format, iterations) if iterations else None
-        return codecs.encode(rows, self.format, ranges=ranges)
+        """encode_nearest of fp32 rows on this table's ranges."""
+        return encode_nearest(rows, self.format, self.range_iterations)
 
     def pack(self, frequencies: np.ndarray | None = None) -> "QuantizedEmbedding":
         """Quantize the fp32 master table into packed storage and drop the master (ptq / qat, after

@@ -67,6 +67,9 @@ FORMATS: dict[str, QuantFormat] = {
 }
 
 
+FORMAT_NUMBERS = {name: number for number, name in enumerate(FORMATS)}  # the native kernels' numbering
+
+
 def get_format(name: str, owner: str = "dtype") -> QuantFormat:
     """The storage format ``name`` (a key of FORMATS); EdoValueError naming ``owner`` and the formats else."""
     if name not in FORMATS:

@@ -53,3 +53,47 @@ def test_bad_settings_name_the_owner():
         HostStore(10, 2, "disk", owner="my table")
     with pytest.raises(ValueError, match="host = 'mmap' needs a path"):
         HostStore(10, 2, "mmap")
+
+
+@pytest.mark.parametrize("kind", ["memory", "mmap"])
+def test_packed_rows_are_written_as_a_low_precision_table_writes_its_rows(tmp_path, kind):
+    """An int8 store's records are the codes and row parameters a low_precision int8 table holds: fresh
+    rows rounded to nearest, written rows stochastically with the same keyed noise (the same bytes)."""
+    import paddle
+
+    from paddle_edo.nn import QuantizedEmbedding
+    from paddle_edo.quant.row_records import RowRecords
+
+    records = RowRecords("int8", 8)
+    store = HostStore(40, 8, kind, tmp_path / "t.int8" if kind == "mmap" else None, seed=2, zero_row=0,
+                      records=records, global_rows=(1, 3))  # rank 1 of 3's share: rows 1, 4, 7, ... of the table
+    assert store.nbytes == 40 * (8 + 4) and store.names == ["weight"]
+    np.testing.assert_array_equal(store.read(np.array([0]))[0, 0], np.zeros(8))
+    table = QuantizedEmbedding(120, 8, "int8", "low_precision")  # the whole table: 3 x 40 rows
+    ids, rows = np.array([3, 17, 39]), np.random.default_rng(0).normal(0, 0.1, (3, 8)).astype(np.float32)
+    paddle.seed(11)
+    store.write(ids, rows[:, None])
+    paddle.seed(11)
+    table._write_rows(paddle.to_tensor(1 + 3 * ids), paddle.to_tensor(rows))
+    codes, params = records.split(np.asarray(store.array)[ids])
+    np.testing.assert_array_equal(codes, table.codes.numpy()[1 + 3 * ids])
+    np.testing.assert_array_equal(params, table.row_params.numpy()[1 + 3 * ids])
+    np.testing.assert_array_equal(store.read(ids)[:, 0], table.decode_rows(paddle.to_tensor(1 + 3 * ids)).numpy())
+    assert np.abs(store.read(ids)[:, 0] - rows).max() < 0.01
+    with pytest.raises(Exception, match="packed host rows keep no optimizer state"):
+        store.set_states({"moment1": 0.0})
+
+
+def test_a_packed_file_reopens_as_it_is_and_one_of_another_size_is_refused(tmp_path):
+    from paddle_edo.errors import EdoValueError
+    from paddle_edo.quant.row_records import RowRecords
+
+    path = tmp_path / "t.int8"
+    store = HostStore(20, 4, "mmap", path, seed=3, records=RowRecords("int8", 4))
+    store.write(np.array([7]), np.full((1, 1, 4), 0.5, np.float32))
+    store.flush()
+    saved = np.asarray(store.array).copy()
+    reopened = HostStore(20, 4, "mmap", path, seed=9, records=RowRecords("int8", 4))
+    np.testing.assert_array_equal(np.asarray(reopened.array), saved)
+    with pytest.raises(EdoValueError, match="table of 12-byte records takes 240"):
+        HostStore(20, 8, "mmap", path, records=RowRecords("int8", 8))

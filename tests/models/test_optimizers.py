@@ -136,20 +136,24 @@ def test_low_precision_tables_take_a_named_table_rule_and_resume_it(synthetic_co
         np.testing.assert_array_equal(resumed.row_trainer.state_dict()[key], value, err_msg=key)
 
 
-@pytest.mark.parametrize("host", ["memory", "mmap"])
-def test_cached_tables_take_a_named_table_rule_and_resume_it(synthetic_config, host, tmp_path):
+@pytest.mark.parametrize("host, host_format", [("memory", "float32"), ("mmap", "float32"), ("mmap", "int8")])
+def test_cached_tables_take_a_named_table_rule_and_resume_it(synthetic_config, host, host_format, tmp_path):
     """With train.table_optimizer.name set, a cached table trains by rows with the rule (row-wise Adagrad:
     one fp32 a row, for every row, in host RAM) and any train.optimizer for the other layers: its host rows
-    move, its state is counted as held and estimated, and a resume restores rows and state exactly."""
+    (fp32, or int8 records) move, its state is counted as held and estimated, and a resume restores rows and
+    state exactly."""
     from paddle_edo.engine import Engine
     config = synthetic_config(table_optimizer={"name": "rowwise_adagrad"}, epochs=1)
     config["train"]["optimizer"] = "momentum"  # the dense layers'; a cache alone carries only sgd/adagrad/adam
     config["embedding"].update({"type": "cached", "cache_ratio": 0.3, "min_cache_rows": 8, "host": host,
-                                "path": str(tmp_path / "tables") if host == "mmap" else None})
+                                "host_format": host_format, "path": str(tmp_path / "tables") if host == "mmap" else None})
     engine = Engine(config)
     tables = engine.row_trainer.tables
     assert {f"embeddings.{f.name}" for f in engine.fields} <= set(tables)
     assert all(table.optimizer is None and table.host.state_names == [] for table in tables.values())
+    for table in tables.values():
+        row_bytes = {"float32": 4 * table.embedding_dim, "int8": table.embedding_dim + 4}[host_format]
+        assert table.host.nbytes == table.num_embeddings * row_bytes
     start = {name: table.host.column("weight").copy() for name, table in tables.items()}
     engine.train_epochs(validate=False)
     for name, table in tables.items():

@@ -229,6 +229,15 @@ def test_bad_settings_are_refused_clearly(tmp_path):
         load_config(base=base)
     with pytest.raises(ConfigError, match="embedding.host = 'mmap' needs embedding.path"):
         load_config(base={"embedding": {"type": "cached", "host": "mmap"}})
+    with pytest.raises(ValueError, match="host_format = 'int4'; expected one of 'float32', 'fp16', 'int8'"):
+        CachedEmbedding(N, D, host_format="int4")
+    with pytest.raises(ConfigError, match="embedding.host_format = 'int8' keeps no optimizer state beside the host "
+                                          "rows, but train.optimizer = 'adam' keeps some for every row"):
+        load_config(base={"embedding": {"type": "cached", "host_format": "int8"}, "train": {"optimizer": "adam"}})
+    packed = CachedEmbedding(N, D, host_format="int8")
+    with pytest.raises(ValueError, match="host_format = 'int8' keeps no optimizer state beside the host rows, but "
+                                         "Adam keeps"):
+        bind_optimizer(packed, make_optimizer("adam", packed.parameters()))
 
 
 def test_memory_report_counts_device_and_host_bytes():
@@ -261,3 +270,58 @@ def test_uncached_model_exports_and_predicts_what_the_cache_served(tmp_path):
 
     prefix = export_model(Wrapper(cached), [spec], tmp_path / "model")
     np.testing.assert_allclose(Predictor(prefix, device="cpu").run([ids]), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("host", ["memory", "mmap"])
+def test_packed_host_rows_train_by_a_table_rule_and_resume_exactly(tmp_path, host):
+    """int8 host rows: the cache holds them decoded, a row going back is re-encoded stochastically, a flush
+    empties the cache into the host, and the state (codes, row parameters, the rule's state) resumes a run
+    exactly; SGD trains such a table too."""
+    from paddle_edo.nn import RowTrainer
+    from paddle_edo.optim import TableOptimizer
+
+    def layer(folder):
+        paddle.seed(4)
+        return CachedEmbedding(N, D, cache_rows=24, host_format="int8", host=host, path=folder, prefetch=False)
+
+    def train(table, trainer, batches, first):
+        for step, ids in enumerate(batches, first):
+            paddle.seed(100 + step)  # the rounding keys of this step's write-backs, as the engine seeds steps
+            (table(paddle.to_tensor(ids)) ** 2).sum().backward()
+            trainer.step()
+            trainer.clear_grad()
+
+    batches = zipf_batches(6, shape=(16, 3))
+    optimizer = TableOptimizer("rowwise_adagrad", 0.05)
+    whole = layer(tmp_path / "whole" if host == "mmap" else None)
+    start = whole.host.column("weight")
+    trainer = RowTrainer(optimizer, {"t": whole})
+    train(whole, trainer, batches[:3], 0)
+    saved, rule_state = {k: v.numpy().copy() for k, v in whole.state_dict().items()}, trainer.state_dict()
+    assert sorted(saved) == ["int8_codes", "int8_row_params"] and saved["int8_codes"].dtype == np.int8
+    assert whole.slots.used == 0  # flushed: every row on the host, as a resumed run finds them
+    assert whole.stats.as_dict()["bypass_rows"] > 0 and whole.stats.as_dict()["evictions"] > 0
+    train(whole, trainer, batches[3:], 3)
+    resumed = layer(tmp_path / "resumed" if host == "mmap" else None)
+    resumed.set_state_dict({k: paddle.to_tensor(v) for k, v in saved.items()})
+    resumed_trainer = RowTrainer(optimizer, {"t": resumed})
+    resumed_trainer.load(rule_state, "test")
+    train(resumed, resumed_trainer, batches[3:], 3)
+    final_states = []
+    for table in (whole, resumed):
+        paddle.seed(7)  # the keys of the last write-backs
+        final_states.append({k: v.numpy() for k, v in table.state_dict().items()})
+    for key, value in final_states[0].items():
+        np.testing.assert_array_equal(final_states[1][key], value, err_msg=key)
+    final = whole.host.column("weight")
+    assert np.abs(final - start).max() > 0.01  # the rows moved, past int8's rounding
+    sgd = CachedEmbedding(N, D, cache_rows=24, host_format="int8", prefetch=False)
+    optimizer = make_optimizer("sgd", sgd.parameters())
+    bind_optimizer(sgd, optimizer)
+    before = sgd.host.column("weight")
+    for ids in batches:
+        (sgd(paddle.to_tensor(ids)) ** 2).sum().backward()
+        optimizer.step()
+        optimizer.clear_grad()
+    sgd.flush()
+    assert np.abs(sgd.host.column("weight") - before).max() > 0.01
