@@ -12,6 +12,7 @@
   python tools/bench.py sharded [--fields 4] [--rows 500000] [--dim 64] [--samples 400000]
   python tools/bench.py training_memory [--seeds 1 2 3] [--data movielens criteo] [--criteo-rows 1000000]
   python tools/bench.py capacity [--configs ...] [--ids zipf uniform] [--limit-gib 20] [--steps 200]
+      [--at-rows N ...] [--speed-rows N]
   python tools/bench.py planner [--data movielens synthetic]
   python tools/bench.py packing
 """
@@ -768,7 +769,8 @@ def run_capacity(args: argparse.Namespace, out: Path) -> int:
     from tools import bench_capacity
 
     result = bench_capacity.capacity_benchmark(args.configs, args.dim, args.steps, args.batch, args.limit_gib,
-                                               Path(args.scratch), args.threads, args.precision, args.timeout, args.ids)
+                                               Path(args.scratch), args.threads, args.precision, args.timeout, args.ids,
+                                               args.at_rows, args.speed_rows)
     result["settings"] = {"threads": args.threads, "malloc": MALLOC, "processor": processor_name(),
                           "paddle": paddle.__version__}
     (out / "capacity.json").write_text(json.dumps(result, indent=2))
@@ -886,6 +888,8 @@ def main(argv: list[str] | None = None) -> int:
     capacity.add_argument("--scratch", default=str(Path(tempfile.gettempdir()) / "paddle_edo_capacity"),
                           help="where mmap table files are made (and removed)")
     capacity.add_argument("--threads", type=int, default=2)
+    capacity.add_argument("--at-rows", type=int, nargs="+", help="trials at these sizes alone, no search")
+    capacity.add_argument("--speed-rows", type=int, help="examples/s at this size (default: the baseline's largest)")
     capacity.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     planner = sub.add_parser("planner", help="per-table plans for memory budgets beside single methods")
     planner.add_argument("--data", nargs="+", choices=("movielens", "synthetic"), default=["movielens", "synthetic"])

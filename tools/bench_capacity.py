@@ -27,10 +27,19 @@ CONFIGS = {
     "int8 low_precision + row-wise Adagrad": ("int8_rowwise_adagrad", 1),
     "fp16 low_precision + 8-bit Adam": ("fp16_adam8", 2 + 2),
     "cached, mmap host store + Adam": ("cached_mmap_adam", 0),
+    # in RAM: the rule's fp32 a row and the slot map's int32 a row
+    "cached, mmap int8 host store + row-wise Adagrad": ("cached_mmap_int8_rowwise_adagrad", (4 + 4) / 64),
 }
-# the host files at their largest: the weight-only file the table starts in, and the one with Adam's two moments
-# beside each row that binding the optimizer copies it into (fp32)
-DISK_BYTES_PER_VALUE = {"cached_mmap_adam": (1 + 3) * 4}
+CACHED = ("cached_mmap_adam", "cached_mmap_int8_rowwise_adagrad")
+
+
+def disk_bytes(kind: str, rows: int, dim: int) -> int:
+    """The host file at its largest: fp32 rows, then a copy with Adam's two moments beside each row that
+    binding the optimizer writes beside it (both at once); int8 records of dim codes and two fp16 row
+    parameters (the rule's state stays in RAM)."""
+    if kind == "cached_mmap_adam":
+        return rows * dim * (1 + 3) * 4
+    return rows * (dim + 4) if kind == "cached_mmap_int8_rowwise_adagrad" else 0
 DISK_MARGIN = 8 * 2**30  # left free on the disk the table files go to
 ENV = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": str(ROOT)}
 
@@ -49,7 +58,7 @@ def run_trial(kind: str, rows: int, dim: int, ids: str, steps: int, batch: int, 
               threads: int, timeout: float) -> dict:
     """One trial in its own process, stopped when its resident memory passes ``limit``; one whose table file
     would not fit the free disk (less a margin) fails without being run."""
-    on_disk = rows * dim * DISK_BYTES_PER_VALUE.get(kind, 0)
+    on_disk = disk_bytes(kind, rows, dim)
     free = shutil.disk_usage(scratch).free - DISK_MARGIN
     if on_disk > free:
         return {"rows": rows, "ok": False, "peak_rss_anon_bytes": 0, "wall_seconds": 0.0,
@@ -123,12 +132,31 @@ def start_for(kind: str, bytes_per_value: float, dim: int, limit: int, disk: int
     """A power of two some 4x below what the formulas say fits in memory and on disk: the doubling then
     passes the limit in a few trials."""
     fits = min(limit / (bytes_per_value * dim) if bytes_per_value else math.inf,
-               disk / (DISK_BYTES_PER_VALUE[kind] * dim) if kind in DISK_BYTES_PER_VALUE else math.inf)
+               disk / disk_bytes(kind, 1, dim) if kind in CACHED else math.inf)
     return 2 ** max(16, int(math.log2(fits / 4)))
 
 
+def at_sizes(kind: str, sizes: list[int], dim: int, ids: str, steps: int, batch: int, limit: int, scratch: Path,
+             threads: int, timeout: float, log) -> dict:
+    """Trials at the given sizes alone (no search): the largest that trains, the smallest that fails (None
+    when none does)."""
+    trials = []
+    for rows in sorted(sizes):
+        found = run_trial(kind, rows, dim, ids, steps, batch, limit, scratch, threads, timeout)
+        trials.append(found)
+        log(f"  {rows:,} rows: {'trains' if found['ok'] else 'fails: ' + found['why']} "
+            f"(peak {found['peak_rss_anon_bytes'] / 2**30:.2f} GiB, {found['wall_seconds']:.0f} s)")
+    good = max((t["rows"] for t in trials if t["ok"]), default=0)
+    bad = min((t["rows"] for t in trials if not t["ok"]), default=None)
+    return {"largest_rows": good, "smallest_failing_rows": bad, "trials": trials, "searched": False,
+            "at_largest": next((t for t in trials if t["rows"] == good and t["ok"]), None)}
+
+
 def capacity_benchmark(configs: list[str], dim: int, steps: int, batch: int, limit_gib: float, scratch: Path,
-                       threads: int, precision: float, timeout: float, distributions: list[str]) -> dict:
+                       threads: int, precision: float, timeout: float, distributions: list[str],
+                       at_rows: list[int] | None = None, speed_rows: int | None = None) -> dict:
+    """Each configuration's largest size by search (or its trials at ``at_rows``), then every configuration
+    at the baseline's largest size (or ``speed_rows``), one after the other, for examples/s."""
     limit = int(limit_gib * 2**30)
     scratch.mkdir(parents=True, exist_ok=True)
     result: dict = {"dim": dim, "steps": steps, "batch": batch, "limit_bytes": limit, "precision": precision,
@@ -138,11 +166,15 @@ def capacity_benchmark(configs: list[str], dim: int, steps: int, batch: int, lim
         for name in configs:
             kind, bytes_per_value = CONFIGS[name]
             print(f"{ids} ids: {name}", flush=True)
+            if at_rows:
+                result["searches"][ids][name] = at_sizes(kind, at_rows, dim, ids, steps, batch, limit, scratch, threads,
+                                                         timeout, lambda line: print(line, flush=True))
+                continue
             result["searches"][ids][name] = largest(kind, dim, ids, steps, batch, limit, scratch, threads,
                                                     start_for(kind, bytes_per_value, dim, limit,
                                                               result["disk_free_bytes"]), precision, timeout,
                                                     lambda line: print(line, flush=True))
-        baseline_rows = result["searches"][ids].get(BASELINE, {}).get("largest_rows")
+        baseline_rows = speed_rows or result["searches"][ids].get(BASELINE, {}).get("largest_rows")
         if baseline_rows:  # every configuration at the baseline's largest size, one after the other
             print(f"{ids} ids: speed at {baseline_rows:,} rows", flush=True)
             result["speed"][ids] = {"rows": baseline_rows, "runs": {
@@ -167,8 +199,8 @@ def markdown(result: dict) -> str:
              f"{format_bytes(result['disk_free_bytes'])}. Each trial is a process of its own with glibc's default "
              f"allocator (the malloc line above is the parent's).", ""]
     for ids, searches in result["searches"].items():
-        base = searches.get(BASELINE, {}).get("largest_rows") or 0
         speed = result["speed"].get(ids, {})
+        base = searches.get(BASELINE, {}).get("largest_rows") or speed.get("rows", 0)
         lines += [f"#### {ids} ids", "",
                   f"| configuration | largest rows that train | x baseline | smallest that fails (why) | peak "
                   f"resident at largest | bytes per row held (table, state; a cached table's host file too) | "
@@ -181,8 +213,10 @@ def markdown(result: dict) -> str:
             failing = next((t for t in search["trials"] if t["rows"] == search["smallest_failing_rows"]), {})
             run = runs.get(name, {})
             per_second = run.get("examples_per_second")
+            fails = f"{search['smallest_failing_rows']:,} ({reason(failing.get('why', '?'))})" \
+                if search["smallest_failing_rows"] else "none failed" if search.get("searched", True) is False else "-"
             lines.append(
-                f"| {name} | {good:,} | {good / base:.1f}x | {search['smallest_failing_rows']:,} ({reason(failing.get('why', '?'))}) "
+                f"| {name} | {good:,}{'' if search.get('searched', True) else ' (tried alone)'} | {good / base:.1f}x | {fails} "
                 f"| {format_bytes(at.get('peak_rss_anon_bytes', 0))} | "
                 f"{at.get('bytes_per_row', run.get('bytes_per_row', float('nan'))):.1f} | "
                 f"{f'{per_second:,.0f}' if per_second else run.get('why', '-')} | "
@@ -237,6 +271,12 @@ def trial(kind: str, rows: int, dim: int, ids: str, steps: int, batch: int, scra
         table = CachedEmbedding(rows, dim, cache_rows=min(rows, 1 << 20), host="mmap", path=folder / "table.f32",
                                 reopen=False)
         optimizer = paddle.optimizer.Adam(0.001, parameters=[*table.parameters(), *head.parameters()], lazy_mode=True)
+    elif kind == "cached_mmap_int8_rowwise_adagrad":
+        folder = Path(tempfile.mkdtemp(dir=scratch))
+        table = CachedEmbedding(rows, dim, cache_rows=min(rows, 1 << 20), host="mmap", path=folder / "table.int8",
+                                reopen=False, host_format="int8")
+        trainer = RowTrainer(TableOptimizer("rowwise_adagrad", 0.01), {"table": table})
+        optimizer = paddle.optimizer.Adam(0.001, parameters=head.parameters())
     else:
         table = DenseEmbedding(rows, dim) if kind == "dense_rowwise_adagrad" else \
             QuantizedEmbedding(rows, dim, "int8" if kind.startswith("int8") else "fp16", "low_precision")
@@ -269,7 +309,7 @@ def trial(kind: str, rows: int, dim: int, ids: str, steps: int, batch: int, scra
         held = table_report.held_bytes + table_report.optimizer_held_bytes + table_report.host_bytes
         print(json.dumps({"build_seconds": built, "examples_per_second": batch / float(np.median(times[10:])),
                           "table_bytes": held, "bytes_per_row": held / rows,
-                          "on_disk_bytes": table_report.host_bytes if kind == "cached_mmap_adam" else 0}), flush=True)
+                          "on_disk_bytes": table_report.host_bytes if kind in CACHED else 0}), flush=True)
     finally:
         if folder is not None:
             del table, model
