@@ -233,6 +233,20 @@ def test_a_sharded_collection_looks_up_and_pools_as_a_collection_does(mode):
     assert sharded["a"].weight.grad is not None
 
 
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_bags_given_by_offsets_pool_as_a_collection_pools_them(mode):
+    plain, sharded = sharded_pair({"a": "none", "b": mode})
+    a = paddle.to_tensor([3, 0, 29, 3])
+    b, offsets = paddle.to_tensor([1, 0, 6, 2, 2, 5, 6, 1, 0]), paddle.to_tensor([0, 3, 3, 6])  # an empty bag
+    expected, got = plain([a, b], offsets=[None, offsets]), sharded([a, b], offsets=[None, offsets])
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=0, atol=1e-7)
+    assert got.shape == [4, 7]
+    for collection, out in ((sharded, got), (plain, expected)):  # the same gradient reaches the table's rows
+        (out * paddle.arange(28, dtype="float32").reshape([4, 7])).sum().backward()
+        paddle.optimizer.SGD(1.0, parameters=[collection["b"].weight]).step()
+    np.testing.assert_allclose(sharded["b"].weight.numpy(), plain["b"].weight.numpy(), rtol=0, atol=1e-6)
+
+
 def test_empty_slices_and_padding_only_batches_give_zeros():
     plain, sharded = sharded_pair({"a": "none", "b": "mean"})
     with paddle.no_grad():
@@ -247,8 +261,10 @@ def test_ids_out_of_range_are_refused_before_any_exchange_naming_the_table_and_i
     _, sharded = sharded_pair({"a": "none", "b": "none"})
     with pytest.raises(EdoIndexError, match=r"table 'a': id 30 is out of range \[0, 30\)"):
         sharded([paddle.to_tensor([1, 30]), paddle.to_tensor([1, 2])])
-    with pytest.raises(EdoValueError, match="offsets are not taken"):
-        sharded([paddle.to_tensor([1, 2]), paddle.to_tensor([1, 2])], offsets=[None, None])
+    _, bags = sharded_pair({"a": "none", "b": "sum"})
+    with pytest.raises(EdoValueError, match=r"table 'b': offsets must start at 0, never decrease and stay within "
+                                            r"the 3 ids, got \[0, 2, 1\]"):
+        bags([paddle.to_tensor([1, 2, 3]), paddle.to_tensor([1, 2, 3])], offsets=[None, paddle.to_tensor([0, 2, 1])])
 
 
 def test_a_share_holds_the_rows_of_the_whole_table():

@@ -33,7 +33,7 @@ from .exchange import Exchange, joined_flat
 class ShardedCollection(EmbeddingCollection):
     """The tables of ``collection`` (the same layers, names and pooling), its sharded ones (those with a
     ``row_share``) looked up across the ranks through ``exchange``. ``forward`` takes and gives what
-    ``EmbeddingCollection.forward`` does; bags come as padded ids ``[batch, L]`` (offsets are refused). Every
+    ``EmbeddingCollection.forward`` does: bags as padded ids ``[batch, L]`` or as flat ids with offsets. Every
     rank must call it the same number of times, as a collective, and in training mode with gradients on run
     the backward pass of what it returned (which sends the row gradients to their owners)."""
 
@@ -73,33 +73,32 @@ class ShardedCollection(EmbeddingCollection):
             raise EdoRuntimeError(f"{type(self).__name__} {self.full_name()}: its tables exchange rows between ranks "
                                   f"in dynamic graph; use paddle.jit.to_static's default mode (SOT), not "
                                   f"full_graph=True")
-        if offsets is not None:
-            raise EdoValueError(f"{type(self).__name__}: sharded tables pool padded bags [batch, L]; offsets are not "
-                                f"taken")
         ids = self._by_table(ids, "ids")
-        batch = self._batch_size(ids, [None] * len(self.names))
+        offsets = self._by_table(offsets, "offsets") if offsets is not None else [None] * len(self.names)
+        batch = self._batch_size(ids, offsets)
         shares = self.shares()
         sharded = [key for key in self.names if key in shares]
-        gathered = self._sharded_lookup(sharded, [ids[self.names.index(key)] for key in sharded], shares) \
+        gathered = self._sharded_lookup(sharded, [ids[self.names.index(key)] for key in sharded],
+                                        [offsets[self.names.index(key)] for key in sharded], shares, batch) \
             if sharded else {}
         outputs = []
         for index, key in enumerate(self.names):
             if key in gathered:
                 vectors = gathered[key]
             else:
-                vectors = self._table_lookup(key, ids[index], None).reshape(
-                    [batch, self._width(index, ids[index], None)])
+                vectors = self._table_lookup(key, ids[index], offsets[index]).reshape(
+                    [batch, self._width(index, ids[index], offsets[index])])
             outputs.append(vectors)
         if concat:
             if batch == 0:
                 return paddle.zeros([0, sum(int(out.shape[1]) for out in outputs)], dtype="float32")
             return outputs[0] if len(outputs) == 1 else paddle.concat(outputs, axis=1)
-        return [out.reshape(self._shape(i, ids[i], None, batch)) for i, out in enumerate(outputs)]
+        return [out.reshape(self._shape(i, ids[i], offsets[i], batch)) for i, out in enumerate(outputs)]
 
-    def _sharded_lookup(self, keys: list[str], ids: list[paddle.Tensor], shares: dict[str, RowShare]
-                        ) -> dict[str, paddle.Tensor]:
+    def _sharded_lookup(self, keys: list[str], ids: list[paddle.Tensor], offsets: list[paddle.Tensor | None],
+                        shares: dict[str, RowShare], batch: int) -> dict[str, paddle.Tensor]:
         """Each sharded table's vectors [batch, width], its rows fetched from their owners."""
-        plan = _ExchangePlan(self, keys, ids, shares)
+        plan = _ExchangePlan(self, keys, ids, offsets, shares, batch)
         requested = plan.request()  # ids each rank asks of this one, by table
         owned = [self[key](paddle.to_tensor(local)) if local.size else
                  paddle.zeros([0, self[key].embedding_dim], dtype="float32") for key, local in zip(keys, requested)]
@@ -119,8 +118,10 @@ class _ExchangePlan:
     """One step's bookkeeping: each table's distinct ids, who owns them, how many each rank asks of each."""
 
     def __init__(self, collection: ShardedCollection, keys: list[str], ids: list[paddle.Tensor],
-                 shares: dict[str, RowShare]) -> None:
-        self.collection, self.keys = collection, keys
+                 offsets: list[paddle.Tensor | None], shares: dict[str, RowShare], batch: int) -> None:
+        self.collection, self.keys, self.batch = collection, keys, batch
+        self.bags = [None if o is None else _bag_of_each_id(o, int(np.prod(i.shape)), key)
+                     for key, i, o in zip(keys, ids, offsets)]  # given offsets: each id's bag
         self.exchange = collection.exchange
         world = self.exchange.world_size
         self.dims = [collection[key].embedding_dim for key in keys]
@@ -210,9 +211,19 @@ class _ExchangePlan:
             mode = self.collection.pooling[key]
             if self.inverse[t].size == 0:  # an empty slice (evaluation's last batch; training slices never are)
                 width = dim if mode != "none" else dim * int(np.prod(shape[1:]))
-                out[key] = paddle.zeros([batch, width], dtype="float32")
+                out[key] = paddle.zeros([self.batch if self.bags[t] is not None else batch, width], dtype="float32")
                 continue
             vectors = paddle.gather(rows, paddle.to_tensor(self.inverse[t])) + tail     # [n, dim]
+            if self.bags[t] is not None:  # flat ids with offsets: each id's row added into its bag
+                bags = paddle.to_tensor(self.bags[t])
+                zeros = paddle.zeros([self.batch, dim], dtype="float32")
+                zeros.stop_gradient = False  # Paddle 2.6.2's index_add backward fails on a constant input
+                summed = zeros.index_add(bags, 0, vectors)
+                if mode == "mean":
+                    kept = np.bincount(self.bags[t][self.valid[t]], minlength=self.batch).astype(np.float32)
+                    summed = summed / paddle.to_tensor(np.maximum(kept, 1.0)).reshape([self.batch, 1])
+                out[key] = summed
+                continue
             if mode == "none":
                 out[key] = vectors.reshape([batch, dim * int(np.prod(shape[1:]))])
                 continue
@@ -223,6 +234,16 @@ class _ExchangePlan:
                 summed = summed / paddle.to_tensor(np.maximum(kept, 1.0)).reshape([batch, 1])
             out[key] = summed
         return out
+
+
+def _bag_of_each_id(offsets: paddle.Tensor, count: int, key: str) -> np.ndarray:
+    """The bag of each of ``count`` flat ids, given the bags' starts (``offsets`` [batch], from 0, not
+    decreasing, within the ids); EdoValueError naming the table else."""
+    starts = offsets.numpy().astype(np.int64).reshape(-1)
+    if starts.size and (starts[0] != 0 or (np.diff(starts) < 0).any() or starts[-1] > count):
+        raise EdoValueError(f"table {key!r}: offsets must start at 0, never decrease and stay within the {count} ids, "
+                            f"got {starts.tolist()[:8]}")
+    return np.searchsorted(starts, np.arange(count), side="right") - 1
 
 
 def _cat(parts: list[paddle.Tensor], dim: int) -> paddle.Tensor:
