@@ -31,6 +31,11 @@ RUNS = {
                                                       "train.embedding_learning_rate=0.02"],
     "int8 low_precision, Adam, 8-bit": [*LOW_PRECISION, "train.table_optimizer.name=adam",
                                         "train.table_optimizer.state_dtype=int8"],
+    # a cached table whose host store keeps int8 rows (a fifth of each table in the fp32 cache), by rows
+    "cached, int8 host rows, row-wise Adagrad, lr 0.02": ["embedding.type=cached", "embedding.host_format=int8",
+                                                          "embedding.cache_ratio=0.2",
+                                                          "train.table_optimizer.name=rowwise_adagrad",
+                                                          "train.embedding_learning_rate=0.02"],
 }
 DATASETS = {"movielens": "configs/movielens_dense.yaml", "criteo": "configs/criteo.yaml"}
 
