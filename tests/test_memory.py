@@ -143,6 +143,26 @@ def test_a_collections_fused_state_is_counted_for_each_of_its_tables(rule, state
     assert ("their optimizer state" in text) == (rule != "sgd")
 
 
+@pytest.mark.parametrize("rule, state_dtype", [("rowwise_adagrad", "float32"), ("adam", "int8")])
+@pytest.mark.parametrize("kind", sorted(k for k in LAYERS if k != "quantized_packed"))
+def test_every_table_type_trained_by_a_rule_is_estimated_to_the_byte(kind, rule, state_dtype):
+    """A RowTrainer's state for every table type that trains (fp32 tables and parts, QAT masters,
+    low_precision and cached tables), estimated by the rule's formula and held, before and after a step."""
+    from paddle_edo.nn.row_trainer import bind_row_trainer
+    paddle.seed(0)
+    model = paddle.nn.LayerDict({"table": LAYERS[kind]()})
+    optimizer = TableOptimizer(rule, 0.01, state_dtype=state_dtype)
+    trainer = bind_row_trainer(model, optimizer, own_rules=True)
+    before = memory_report(model).tables[0]
+    model["table"](paddle.to_tensor(np.arange(1, 40))).sum().backward()
+    trainer.step()
+    trainer.clear_grad()
+    table = memory_report(model).tables[0]
+    assert before.optimizer == table.optimizer == f"{rule} (by rows)"
+    assert table.optimizer_estimated_bytes == table.optimizer_held_bytes == before.optimizer_held_bytes > 0
+    assert table.optimizer_held_bytes == sum(trainer.state_held_bytes(name) for name in trainer.trained_tables())
+
+
 def test_a_composite_tables_fused_parts_are_counted_under_it():
     from paddle_edo.nn import CharWordEmbedding
     model = paddle.nn.LayerDict({"text": CharWordEmbedding(100, 8, "gate", num_chars=30)})
