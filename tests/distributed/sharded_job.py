@@ -76,6 +76,11 @@ def main() -> None:
     for task in tasks:
         run(root, task, world)
     print("paddle_edo: finished as sharded test job", flush=True)
+    sys.stderr.flush()
+    # the work is done and the tests check it from its files: skip the interpreter's teardown, in which
+    # Paddle 3.3.1 once ended a 2-rank job with SIGSEGV after this line (1 in 6 runs, in CI under load; its
+    # logs show no traceback, and 4 runs alone did not repeat it)
+    os._exit(0)
 
 
 if __name__ == "__main__":
