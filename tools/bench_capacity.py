@@ -93,6 +93,15 @@ def run_trial(kind: str, rows: int, dim: int, ids: str, steps: int, batch: int, 
     return found
 
 
+def logged_trial(trials: list[dict], log, kind: str, rows: int, *settings) -> bool:
+    """run_trial(kind, rows, *settings), kept in ``trials`` and logged; whether it trained."""
+    found = run_trial(kind, rows, *settings)
+    trials.append(found)
+    log(f"  {rows:,} rows: {'trains' if found['ok'] else 'fails: ' + found['why']} "
+        f"(peak {found['peak_rss_anon_bytes'] / 2**30:.2f} GiB, {found['wall_seconds']:.0f} s)")
+    return found["ok"]
+
+
 def largest(kind: str, dim: int, ids: str, steps: int, batch: int, limit: int, scratch: Path, threads: int,
             start_rows: int, precision: float, timeout: float, log) -> dict:
     """Double from ``start_rows`` until a trial fails, then bisect until the largest size that trains is
@@ -100,11 +109,7 @@ def largest(kind: str, dim: int, ids: str, steps: int, batch: int, limit: int, s
     trials = []
 
     def trial(rows: int) -> bool:
-        found = run_trial(kind, rows, dim, ids, steps, batch, limit, scratch, threads, timeout)
-        trials.append(found)
-        log(f"  {rows:,} rows: {'trains' if found['ok'] else 'fails: ' + found['why']} "
-            f"(peak {found['peak_rss_anon_bytes'] / 2**30:.2f} GiB, {found['wall_seconds']:.0f} s)")
-        return found["ok"]
+        return logged_trial(trials, log, kind, rows, dim, ids, steps, batch, limit, scratch, threads, timeout)
 
     good, bad = 0, None
     rows = start_rows
@@ -142,10 +147,7 @@ def at_sizes(kind: str, sizes: list[int], dim: int, ids: str, steps: int, batch:
     when none does)."""
     trials = []
     for rows in sorted(sizes):
-        found = run_trial(kind, rows, dim, ids, steps, batch, limit, scratch, threads, timeout)
-        trials.append(found)
-        log(f"  {rows:,} rows: {'trains' if found['ok'] else 'fails: ' + found['why']} "
-            f"(peak {found['peak_rss_anon_bytes'] / 2**30:.2f} GiB, {found['wall_seconds']:.0f} s)")
+        logged_trial(trials, log, kind, rows, dim, ids, steps, batch, limit, scratch, threads, timeout)
     good = max((t["rows"] for t in trials if t["ok"]), default=0)
     bad = min((t["rows"] for t in trials if not t["ok"]), default=None)
     return {"largest_rows": good, "smallest_failing_rows": bad, "trials": trials, "searched": False,

@@ -21,7 +21,7 @@ from ..optim.states import TableStates
 from ..quant.row_records import RECORD_FORMATS, RowRecords
 from ..schema import ConfigError, Option
 from .base import EmbeddingBase, is_count
-from .dedup import deduplicated_lookup, unique_ids
+from .dedup import deduplicated_lookup, summed_by_id
 from .dense import DenseEmbedding
 from .registry import register_embedding
 from .shards import place_of, share_being_built
@@ -122,7 +122,7 @@ class CachedEmbedding(EmbeddingBase):
         self.host = HostStore(self.num_embeddings, self.embedding_dim, host, path, init_std, seed,
                               zero_row=self.padding_idx, reopen=reopen, owner=name,
                               fill=None if initializer is None else _filled_by(initializer),
-                              global_rows=(share.rank, share.world_size) if share is not None else (0, 1),
+                              global_rows=share.place if share is not None else (0, 1),
                               records=None if host_format == "float32" else
                               RowRecords(host_format, self.embedding_dim, f"{name}: host_format"))
         self.cache = self.create_parameter([self.cache_rows, self.embedding_dim], dtype="float32",
@@ -253,8 +253,8 @@ class CachedEmbedding(EmbeddingBase):
         return self.optimizer._accumulators[state][self.cache.name]
 
     def row_gradients(self) -> tuple[paddle.Tensor, paddle.Tensor] | None:
-        """(ids, row gradients) of this step, for monitors: the cache's sparse gradient with its slots
-        mapped back to table ids."""
+        """(ids, row gradients) of this step, for monitors and a table rule: the cache's sparse gradient
+        with its slots mapped back to table ids, and the host-read rows' gradients."""
         found = []
         grad = self.cache._grad_ivar()
         if grad is not None and grad._is_initialized() and grad.is_selected_rows():
@@ -374,22 +374,10 @@ class CachedEmbedding(EmbeddingBase):
         this step, the cached ones and those read from the host alike, in one update (one step of the rule's
         counts): each distinct row's summed gradient, the cached rows updated in their slots, the others
         written back to the host store. CPU only (the rule's kernels)."""
-        ids, rows, grads, sources = [], [], [], []
-        grad = self.cache._grad_ivar()
-        if grad is not None and grad._is_initialized() and grad.is_selected_rows() and len(grad.rows()):
-            slots = np.asarray(grad.rows(), dtype=np.int64)
-            ids.append(self.slots.id_of_slot[slots])
-            grads.append(grad._get_tensor_from_selected_rows())
-        for bypass_ids, bypass, _ in self._bypass:
-            grad = bypass._grad_ivar()
-            if grad is not None and grad._is_initialized() and grad.is_selected_rows() and len(grad.rows()):
-                ids.append(bypass_ids[np.asarray(grad.rows(), dtype=np.int64)])
-                grads.append(grad._get_tensor_from_selected_rows())
-        if not ids:
+        gradients = self.row_gradients()
+        if gradients is None:
             return
-        unique, inverse = unique_ids(paddle.to_tensor(np.concatenate(ids)))
-        summed = paddle.zeros([unique.shape[0], self.embedding_dim], dtype="float32").index_add(
-            inverse, 0, paddle.concat(grads).astype("float32"))
+        unique, summed = summed_by_id(*gradients)
         host_ids = unique.numpy()
         slots = self.slots.slot_of[host_ids]
         cached = slots >= 0

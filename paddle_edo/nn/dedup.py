@@ -36,6 +36,14 @@ def unique_ids(ids: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
     return unique, inverse.reshape(ids.shape)
 
 
+def summed_by_id(ids: paddle.Tensor, values: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
+    """(distinct ids [U] int64 in increasing order, float32 [U, dim] the sum of each one's rows of
+    ``values`` [len(ids), dim]): a step's row gradients merged, as a rule's row update takes them."""
+    unique, inverse = unique_ids(ids.flatten())
+    summed = paddle.zeros([unique.shape[0], values.shape[-1]], dtype="float32")
+    return unique, summed.index_add(inverse, 0, values.astype("float32"))
+
+
 def distinct_rows(unique: paddle.Tensor, weight: paddle.Tensor, padding_idx: int | None) -> paddle.Tensor:
     """The rows of the distinct ids, with a sparse gradient of those rows only, zero at the padding id
     (Paddle's sparse embedding gradient ignores ``padding_idx``: the padding row, read as zeros, would
