@@ -37,7 +37,8 @@ DISTRIBUTED_OPTIONS: dict[str, Option] = {
     "nonclick_coeff": Option(0.1, float, low=0.0, doc="entry show_click: score of a show without a click"),
     "click_coeff": Option(1.0, float, low=0.0, doc="entry show_click: score of a click"),
     "sparse_learning_rate": Option(None, float, low=0.0, nullable=True,
-                                   doc="servers' rate for the tables (default: the tables' rate)"),
+                                   doc="the tables' rate on the servers, and in geo mode on the trainers' copies (default: the "
+                                       "tables' rate)"),
     "shard_num": Option(4, int, low=1, doc="shards per sparse table on the servers"),
     "timeout_s": Option(1800, int, low=10, doc="every process of the job exits non-zero after this long"),
     "init_timeout_s": Option(120, int, low=10,

@@ -44,6 +44,12 @@ logger = logging.getLogger("paddle_edo")
 
 
 
+def table_learning_rate(config: dict[str, Any]) -> float:
+    """The tables' rate in a PS job: the servers' rule's, and in geo mode the trainers' for their local copies."""
+    distributed, train = config["distributed"], config["train"]
+    return distributed["sparse_learning_rate"] or train["embedding_learning_rate"] or train["learning_rate"]
+
+
 def strategy_from_config(config: dict[str, Any], table_names: list[str]):
     """DistributedStrategy of the ``distributed`` section: async or geo, sparse rule and shards per table."""
     from paddle.distributed import fleet
@@ -54,7 +60,7 @@ def strategy_from_config(config: dict[str, Any], table_names: list[str]):
     if distributed["ps_mode"] == "geo":
         strategy.a_sync_configs = {"k_steps": distributed["k_steps"]}
     rule, field = SGD_RULES[train["optimizer"]]
-    learning_rate = distributed["sparse_learning_rate"] or train["embedding_learning_rate"] or train["learning_rate"]
+    learning_rate = table_learning_rate(config)
     tables = {}
     for name in table_names:
         prefix = f"table_parameters.{name}"
@@ -117,6 +123,11 @@ class PSJob:
             self.model = build_model(self.fields, {**self.config, "embedding": embedding},
                                      dense_features=self.splits.dense_features)
             _tables_to_servers(self.model, table_options)
+        if self.geo:  # the trainers train their copies of the tables: at the tables' rate, as the servers would
+            rate, learning_rate = table_learning_rate(self.config), self.config["train"]["learning_rate"]
+            for _, layer in self.model.named_sublayers():
+                if isinstance(layer, PSEmbedding) and learning_rate > 0:
+                    layer.weight_attr = paddle.ParamAttr(learning_rate=rate / learning_rate)
         self.inputs = [paddle.static.data(spec.name, spec.shape, spec.dtype) for spec in self.model.input_specs()]
         self.label = paddle.static.data("label", [None], "float32")
         self.logit = self.model(self.inputs)
