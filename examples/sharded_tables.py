@@ -1,5 +1,6 @@
-"""Row-sharded tables across processes: each rank holds the rows whose id % N is its rank, looks the
-batch's rows up from their owners, and sends their gradients back; the dense layer is data-parallel.
+"""Sharded tables across processes: each rank holds the rows whose id % N is its rank, looks the batch's
+rows up from their owners, and sends their gradients back; a hash table (whose rows are not ids) lives whole
+on one rank, which looks up what every rank asks; the dense layer is data-parallel.
 
   python examples/sharded_tables.py [--ranks 2] [--rows 200000] [--steps 30]
 
@@ -33,12 +34,14 @@ def build(rows: int, rank: int, world: int):
             with row_shares(rank, world, min_rows=1000):  # tables of 1000 rows or more: shares
                 tables = {"user": build_embedding({"type": "dense", "dim": 16}, rows, padding_idx=0),
                           "item": build_embedding({"type": "dense", "dim": 16}, rows // 2, padding_idx=0),
-                          "hour": build_embedding({"type": "dense", "dim": 16}, 24)}   # small: whole
-            self.tables = EmbeddingCollection(tables, {"user": "none", "item": "mean", "hour": "none"})
-            self.head = paddle.nn.Linear(48, 1)
+                          "hour": build_embedding({"type": "dense", "dim": 16}, 24),   # small: whole on every rank
+                          "query": build_embedding({"type": "hash", "dim": 16, "num_buckets": 5000}, rows)}
+            self.tables = EmbeddingCollection(tables, {"user": "none", "item": "mean", "hour": "none",
+                                                       "query": "none"})
+            self.head = paddle.nn.Linear(64, 1)
 
-        def forward(self, user, items, hour):
-            return self.head(self.tables([user, items, hour])).squeeze(-1)
+        def forward(self, user, items, hour, query):
+            return self.head(self.tables([user, items, hour, query])).squeeze(-1)
 
     paddle.seed(0)
     model = Model()
@@ -64,9 +67,10 @@ def train(rows: int, steps: int, rank: int, world: int) -> dict[str, np.ndarray]
         users = np.minimum(data.zipf(1.2, batch), rows - 1)
         items = np.minimum(data.zipf(1.2, (batch, 5)), rows // 2 - 1) * (data.random((batch, 5)) < 0.8)
         hours = data.integers(0, 24, batch)
+        queries = data.integers(0, rows, batch)
         labels = ((users % 3 == 0) ^ (hours < 12)).astype("float32")
         start, stop = slice_bounds(batch, rank, world)      # this rank's slice of the global batch
-        logits = model(*(paddle.to_tensor(x[start:stop]) for x in (users, items, hours)))
+        logits = model(*(paddle.to_tensor(x[start:stop]) for x in (users, items, hours, queries)))
         loss = F.binary_cross_entropy_with_logits(logits, paddle.to_tensor(labels[start:stop]))
         loss = loss * ((stop - start) / batch)              # its share of the global batch's mean loss
         loss.backward()
@@ -75,8 +79,8 @@ def train(rows: int, steps: int, rank: int, world: int) -> dict[str, np.ndarray]
         optimizer.clear_grad()
         if rank == 0 and step % 10 == 0:
             print(f"step {step}: loss {total:.4f}", flush=True)
-    tables = model.tables
-    return {key: tables[key].weight.numpy() for key in tables.keys()} | {"head": model.head.weight.numpy()}
+    held = {key: value.numpy() for key, value in model.state_dict().items() if key.startswith("tables.")}
+    return held | {"head": model.head.weight.numpy()}   # a rank holds no state of a table on another rank
 
 
 def main() -> int:
@@ -101,19 +105,23 @@ def main() -> int:
     dist.init_parallel_env()
     rank, world = dist.get_rank(), dist.get_world_size()
     weights = train(args.rows, args.steps, rank, world)
-    print(f"rank {rank} of {world}: holds user rows {weights['user'].shape[0]:,} of {args.rows:,}, item rows "
-          f"{weights['item'].shape[0]:,} of {args.rows // 2:,}, hour rows {weights['hour'].shape[0]} (whole)", flush=True)
+    query = "the whole query table" if any(k.startswith("tables.query") for k in weights) else "no query rows"
+    print(f"rank {rank} of {world}: holds user rows {weights['tables.user.weight'].shape[0]:,} of {args.rows:,}, "
+          f"item rows {weights['tables.item.weight'].shape[0]:,} of {args.rows // 2:,}, hour rows "
+          f"{weights['tables.hour.weight'].shape[0]} (whole), {query}", flush=True)
     np.savez(Path(args.out) / f"rank{rank}.npz", **weights)
     dist.barrier()
     if rank == 0:
         alone = train(args.rows, args.steps, 0, 1)           # one process, the same batches
-        shares = [np.load(Path(args.out) / f"rank{r}.npz") for r in range(world)]
+        shares = [dict(np.load(Path(args.out) / f"rank{r}.npz")) for r in range(world)]
         worst = 0.0
         for key, reference in alone.items():
-            joined = shares[0][key].copy() if key in ("hour", "head") else np.empty_like(reference)
-            if key not in ("hour", "head"):
+            if key.startswith(("tables.user", "tables.item")):   # rows by id modulo the ranks
+                joined = np.empty_like(reference)
                 for r in range(world):
                     joined[r::world] = shares[r][key]
+            else:                                             # whole: on every rank, or on its owner
+                joined = next(share[key] for share in shares if key in share)
             worst = max(worst, float(np.abs(joined - reference).max() / np.abs(reference).max()))
         print(f"largest difference from one process, relative to the weights: {worst:.1e}", flush=True)
     return 0

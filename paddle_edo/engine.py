@@ -33,7 +33,7 @@ from .nn.row_trainer import bind_row_trainer
 from .nn.shards import row_shares
 from .distributed.sharded import GradientSum, choose_exchange, shard_collections, sharded_parameters
 from .distributed.sharded.batches import RankSlices, gather_slices, rank_slice
-from .distributed.sharded.checkpoint import is_sharded_checkpoint, load_sharded, save_sharded
+from .distributed.sharded.checkpoint import is_sharded_checkpoint, load_sharded, save_sharded, table_owners
 from .progress import ProgressBar
 from .schema import ConfigError
 from .text import fit_composer, load_composed_chars, load_pretrained, read_word2vec
@@ -135,11 +135,13 @@ class Engine:
         self.history: list[dict[str, float]] = []
 
     def _table_shares(self) -> contextlib.AbstractContextManager:
-        """How tables are built in a sharded job: as this rank's shares of their rows (in one process, shares
-        of every row), the small ones whole with dense gradients, as every number of ranks builds them."""
+        """How tables are built in a sharded job: placed by ``distributed.placement`` (this rank's shares of
+        their rows, or whole tables on one rank; in one process, all of them), the small ones whole on every
+        rank with dense gradients, as every number of ranks builds them."""
         if not self.sharded:
             return contextlib.nullcontext()
-        return row_shares(self.rank, self.world_size, self.config["distributed"]["shard_min_rows"])
+        distributed = self.config["distributed"]
+        return row_shares(self.rank, self.world_size, distributed["shard_min_rows"], distributed["placement"])
 
     def _load_pretrained(self, files: dict[str, Any]) -> None:
         """Copy a user's word2vec vectors into the tables of the fields they name (text models); with
@@ -189,8 +191,9 @@ class Engine:
         a sharded job every rank writes its own, and rank 0 their manifest); training calls it at epoch ends (and every train.checkpoint_every_steps) unless checkpoints are off."""
         path = Path(path or self.checkpoint_path)
         if self.sharded:
+            distributed = self.config["distributed"]
             return save_sharded(self.state(), path, self.rank, self.world_size, self.model,
-                                self.config["distributed"]["shard_min_rows"], self._barrier)
+                                distributed["shard_min_rows"], self._barrier, distributed["placement"])
         return save_checkpoint(self.state(), path) if self.rank == 0 else path
 
     def _barrier(self) -> None:
@@ -202,8 +205,9 @@ class Engine:
         follows from (seed, step), see _train_step); ``table_optimizer``: the collections' fused optimizer
         state too (a resume needs it; serving does not, and a parameter-server job's checkpoint has none)."""
         if is_sharded_checkpoint(path):
-            state = load_sharded(path, self.rank, self.world_size, self.config["distributed"]["shard_min_rows"],
-                                 self.optimizer.state_dict())
+            distributed = self.config["distributed"]
+            state = load_sharded(path, self.rank, self.world_size, distributed["shard_min_rows"],
+                                 self.optimizer.state_dict(), distributed["placement"], table_owners(self.model))
         else:
             state = load_checkpoint(path)
         diff = checkpoint_difference(state.get("config", {}), self.config)
@@ -383,7 +387,9 @@ class Engine:
         if following is not None:  # cached tables read the next batch's misses while this step runs
             for layer, field in self.prefetching:
                 share = getattr(layer, "row_share", None)
-                if share is None:
+                if getattr(layer, "table_share", None) is not None:  # its owner answers the whole next batch
+                    layer.prefetch(self.train_batches.whole[field])
+                elif share is None:
                     layer.prefetch(following[field])
                 else:  # a share is asked for its rows of the whole next batch, by every rank
                     layer.prefetch(share.owned_local(self.train_batches.whole[field]))

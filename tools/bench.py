@@ -9,7 +9,7 @@
   python tools/bench.py data [--rows 1000000] [--scale-rows 20000000]
   python tools/bench.py serving [--rate 500] [--seconds 60]
   python tools/bench.py redis [--rows 1000000] [--rate 500] [--seconds 30]
-  python tools/bench.py sharded [--fields 4] [--rows 500000] [--dim 64] [--samples 400000]
+  python tools/bench.py sharded [--fields 4] [--rows 500000] [--dim 64] [--samples 400000] [--placement-only]
   python tools/bench.py training_memory [--seeds 1 2 3] [--data movielens criteo] [--criteo-rows 1000000]
   python tools/bench.py capacity [--configs ...] [--ids zipf uniform] [--limit-gib 20] [--steps 200]
       [--at-rows N ...] [--speed-rows N]
@@ -756,6 +756,14 @@ def run_sharded(args: argparse.Namespace, out: Path) -> int:
     collective and parameter servers, a table over one process's memory cap, bytes on paper at 8-512 ranks."""
     from tools import bench_sharded
 
+    if args.placement_only:
+        rows = bench_sharded.placement_bytes(args.rows, args.dim, args.batch)
+        (out / "sharded_placement.json").write_text(json.dumps(
+            {"rows": args.rows, "dim": args.dim, "batch": args.batch, "placement": rows,
+             "settings": {"threads": args.threads, "malloc": MALLOC, "processor": processor_name()}}, indent=2))
+        tables = f"2 x {args.rows:,} x {args.dim}, global batch {args.batch}, Zipf(1.2) ids"
+        print(write_report(out / "sharded_placement.md", bench_sharded.placement_markdown(rows, tables), args.threads))
+        return 0
     result = bench_sharded.sharded_benchmark(args.fields, args.rows, args.dim, args.samples, args.batch,
                                              Path(args.criteo) if args.criteo else None)
     result["settings"] = {"threads": args.threads, "malloc": MALLOC, "processor": processor_name()}
@@ -770,7 +778,9 @@ def run_capacity(args: argparse.Namespace, out: Path) -> int:
 
     result = bench_capacity.capacity_benchmark(args.configs, args.dim, args.steps, args.batch, args.limit_gib,
                                                Path(args.scratch), args.threads, args.precision, args.timeout, args.ids,
-                                               args.at_rows, args.speed_rows)
+                                               args.at_rows, args.speed_rows,
+                                               bench_capacity.brackets_of(Path(args.bracket_from))
+                                               if args.bracket_from else None)
     result["settings"] = {"threads": args.threads, "malloc": MALLOC, "processor": processor_name(),
                           "paddle": paddle.__version__}
     (out / "capacity.json").write_text(json.dumps(result, indent=2))
@@ -865,6 +875,8 @@ def main(argv: list[str] | None = None) -> int:
     sharded.add_argument("--criteo", default=None, help="Criteo-format files for the AUC parity part (default: "
                                                          "300,000 rows of criteo-synthetic made for it)")
     sharded.add_argument("--threads", type=int, default=2, help="of the machine: one process takes 2, each of 2 ranks 1")
+    sharded.add_argument("--placement-only", action="store_true",
+                         help="only pooled bags' bytes and step times, tables placed by rows against whole")
     sharded.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     redis = sub.add_parser("redis", help="tables in Redis: export rows/s, bytes per row, lookup latency, the service")
     redis.add_argument("--rows", type=int, default=1_000_000)
@@ -890,6 +902,8 @@ def main(argv: list[str] | None = None) -> int:
     capacity.add_argument("--threads", type=int, default=2)
     capacity.add_argument("--at-rows", type=int, nargs="+", help="trials at these sizes alone, no search")
     capacity.add_argument("--speed-rows", type=int, help="examples/s at this size (default: the baseline's largest)")
+    capacity.add_argument("--bracket-from", help="a capacity report (.json) whose Zipf searches' largest and smallest "
+                                                 "failing sizes start each configuration's search")
     capacity.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     planner = sub.add_parser("planner", help="per-table plans for memory budgets beside single methods")
     planner.add_argument("--data", nargs="+", choices=("movielens", "synthetic"), default=["movielens", "synthetic"])

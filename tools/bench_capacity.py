@@ -103,9 +103,12 @@ def logged_trial(trials: list[dict], log, kind: str, rows: int, *settings) -> bo
 
 
 def largest(kind: str, dim: int, ids: str, steps: int, batch: int, limit: int, scratch: Path, threads: int,
-            start_rows: int, precision: float, timeout: float, log) -> dict:
+            start_rows: int, precision: float, timeout: float, log, bracket: tuple[int, int | None] | None = None
+            ) -> dict:
     """Double from ``start_rows`` until a trial fails, then bisect until the largest size that trains is
-    within ``precision`` of the smallest that does not."""
+    within ``precision`` of the smallest that does not. ``bracket``: (largest that trained, smallest that
+    failed) of an earlier search (another id distribution), tried first: the search goes on from what they
+    give (two trials when both hold)."""
     trials = []
 
     def trial(rows: int) -> bool:
@@ -113,6 +116,12 @@ def largest(kind: str, dim: int, ids: str, steps: int, batch: int, limit: int, s
 
     good, bad = 0, None
     rows = start_rows
+    if bracket is not None:
+        low, high = bracket
+        if trial(low):
+            good, rows = low, high or low * 2
+        else:
+            bad = low
     while bad is None:
         if trial(rows):
             good, rows = rows, rows * 2
@@ -156,9 +165,12 @@ def at_sizes(kind: str, sizes: list[int], dim: int, ids: str, steps: int, batch:
 
 def capacity_benchmark(configs: list[str], dim: int, steps: int, batch: int, limit_gib: float, scratch: Path,
                        threads: int, precision: float, timeout: float, distributions: list[str],
-                       at_rows: list[int] | None = None, speed_rows: int | None = None) -> dict:
+                       at_rows: list[int] | None = None, speed_rows: int | None = None,
+                       brackets: dict[str, tuple[int, int | None]] | None = None) -> dict:
     """Each configuration's largest size by search (or its trials at ``at_rows``), then every configuration
-    at the baseline's largest size (or ``speed_rows``), one after the other, for examples/s."""
+    at the baseline's largest size (or ``speed_rows``), one after the other, for examples/s. ``brackets``:
+    per configuration, an earlier search's (largest that trained, smallest that failed), where the search
+    starts."""
     limit = int(limit_gib * 2**30)
     scratch.mkdir(parents=True, exist_ok=True)
     result: dict = {"dim": dim, "steps": steps, "batch": batch, "limit_bytes": limit, "precision": precision,
@@ -175,7 +187,7 @@ def capacity_benchmark(configs: list[str], dim: int, steps: int, batch: int, lim
             result["searches"][ids][name] = largest(kind, dim, ids, steps, batch, limit, scratch, threads,
                                                     start_for(kind, bytes_per_value, dim, limit,
                                                               result["disk_free_bytes"]), precision, timeout,
-                                                    lambda line: print(line, flush=True))
+                                                    lambda line: print(line, flush=True), (brackets or {}).get(name))
         baseline_rows = speed_rows or result["searches"][ids].get(BASELINE, {}).get("largest_rows")
         if baseline_rows:  # every configuration at the baseline's largest size, one after the other
             print(f"{ids} ids: speed at {baseline_rows:,} rows", flush=True)
@@ -183,6 +195,14 @@ def capacity_benchmark(configs: list[str], dim: int, steps: int, batch: int, lim
                 name: run_trial(CONFIGS[name][0], baseline_rows, dim, ids, steps, batch, limit, scratch, threads,
                                 timeout) for name in configs}}
     return result
+
+
+def brackets_of(path: Path, ids: str = "zipf") -> dict[str, tuple[int, int | None]]:
+    """Each configuration's (largest that trained, smallest that failed) in a capacity report's search with
+    ``ids``; searches stopped by hand (no failing size) and trials at given sizes are left out."""
+    searches = json.loads(Path(path).read_text())["searches"].get(ids, {})
+    return {name: (found["largest_rows"], found["smallest_failing_rows"]) for name, found in searches.items()
+            if found.get("searched", True) and found["largest_rows"] and found["smallest_failing_rows"]}
 
 
 def reason(why: str) -> str:

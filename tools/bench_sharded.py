@@ -1,7 +1,8 @@
 """Sharded-tables benchmark for tools/bench.py: one process against 2 ranks holding half the rows each, the
 same job data-parallel with replicated tables (collective) and, where Paddle has them, parameter servers;
 the bytes a rank exchanges per step against the formula from the batch's ids; a table larger than one
-process's memory limit trained by 2 ranks; and, on paper, the bytes per step for a 10^9-row table."""
+process's memory limit trained by 2 ranks; pooled bags' bytes with tables placed by rows and whole; and, on
+paper, the bytes per step for a 10^9-row table."""
 from __future__ import annotations
 
 import json
@@ -183,6 +184,76 @@ def on_paper(rows: float = 1e9, dim: int = 64, batch: int = 4096, fields: int = 
     return found
 
 
+PLACEMENT_BAGS = (("none", 1), ("sum", 1), ("sum", 4), ("sum", 16), ("sum", 64))  # pooling, ids per example
+
+
+def placement_bytes(rows: int = 1_000_000, dim: int = 64, batch: int = 4096, repeats: int = 20) -> list[dict]:
+    """Two tables of ``rows`` x ``dim``, Zipf ids, single (not pooled) or in bags of each PLACEMENT_BAGS
+    length (summed), a global batch of ``batch`` over 2 ranks: per step (lookup and backward), the bytes each
+    rank sends and the median step time, with the tables placed by rows and placed whole (one on each rank)
+    (this file's ``--placement-probe``)."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "placement"
+        subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
+                        str(Path(folder) / "log"), __file__, "--placement-probe", str(out), str(rows), str(dim),
+                        str(batch), str(repeats)], cwd=ROOT, env=ENV, check=True, capture_output=True, timeout=1800)
+        ranks = [json.loads(out.with_suffix(f".{rank}.json").read_text()) for rank in range(2)]
+    return [{"pooling": mine["pooling"], "bag_length": mine["bag_length"],
+             **{f"{key}_by_rank": [r[i][key] for r in ranks] for key in mine if key not in ("pooling", "bag_length")}}
+            for i, mine in enumerate(ranks[0])]
+
+
+def _placement_probe(out: Path, rows: int, dim: int, batch: int, repeats: int) -> None:
+    import paddle
+    import paddle.distributed as dist
+
+    from paddle_edo.distributed.sharded import ShardedCollection
+    from paddle_edo.distributed.sharded.exchange import PairwiseExchange
+    from paddle_edo.nn import build_embedding
+    from paddle_edo.nn.shards import row_shares
+
+    dist.init_parallel_env()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    exchange = PairwiseExchange(rank, world)
+    rng = np.random.default_rng(rank)
+    found = []
+    for pooling, length in PLACEMENT_BAGS:
+        shape = [batch // world] if pooling == "none" else [batch // world, length]
+        ids = [paddle.to_tensor(np.minimum(rng.zipf(1.2, shape), rows - 1).astype(np.int64)) for _ in range(2)]
+        row = {"pooling": pooling, "bag_length": length}
+        for placement in ("row", "table"):
+            with row_shares(rank, world, 0, placement):
+                tables = {name: build_embedding({"type": "dense", "dim": dim}, rows) for name in ("a", "b")}
+            collection = ShardedCollection(tables, {"a": pooling, "b": pooling}, exchange)
+            sent, times = [], []
+            for _ in range(repeats):
+                dist.barrier()
+                before, start = exchange.bytes_sent, time.perf_counter()
+                collection(ids).sum().backward()
+                times.append(time.perf_counter() - start)
+                sent.append(exchange.bytes_sent - before)
+                collection.clear_gradients()
+            row[f"{placement}_bytes"] = int(np.median(sent))
+            row[f"{placement}_ms"] = float(np.median(times)) * 1e3
+        found.append(row)
+    out.with_suffix(f".{rank}.json").write_text(json.dumps(found))
+
+
+def placement_markdown(rows: list[dict], tables: str) -> str:
+    lines = [f"Tables placed by rows against whole (one on each rank): {tables}; per rank and step (lookup and "
+             f"backward), bytes sent and median time, rank 0 / rank 1:", "",
+             "| ids per example | by rows: sent | by tables: sent | by tables / by rows | by rows: step | by tables: step |",
+             "|---|---|---|---|---|---|"]
+    for row in rows:
+        by_rows, by_tables = row["row_bytes_by_rank"], row["table_bytes_by_rank"]
+        ids = "1, not pooled" if row["pooling"] == "none" else f"bag of {row['bag_length']}, summed"
+        lines.append(f"| {ids} | {' / '.join(f'{b / 2**10:,.0f} KiB' for b in by_rows)} | "
+                     f"{' / '.join(f'{b / 2**10:,.0f} KiB' for b in by_tables)} | {sum(by_tables) / sum(by_rows):.2f}x | "
+                     f"{' / '.join(f'{t:.1f} ms' for t in row['row_ms_by_rank'])} | "
+                     f"{' / '.join(f'{t:.1f} ms' for t in row['table_ms_by_rank'])} |")
+    return "\n".join(lines) + "\n"
+
+
 def sharded_benchmark(fields: int = 4, rows: int = 500_000, dim: int = 64, samples: int = 400_000, batch: int = 4096,
                       criteo: Path | None = None, work: Path | None = None) -> dict:
     from paddle_edo.compat import has_parameter_servers
@@ -208,7 +279,8 @@ def sharded_benchmark(fields: int = 4, rows: int = 500_000, dim: int = 64, sampl
     return {"tables": {"fields": fields, "rows_per_table": rows, "dim": dim, "samples": samples, "batch": batch,
                        "fp32_bytes": table_bytes},
             "runs": runs, "formula": formula_bytes(overrides, 2), "memory_cap_bytes": cap, "capped": capped,
-            "exchange_times": exchange_times(), "criteo_parity": criteo_parity(criteo), "on_paper": on_paper()}
+            "exchange_times": exchange_times(), "placement": placement_bytes(rows, dim, batch),
+            "criteo_parity": criteo_parity(criteo), "on_paper": on_paper()}
 
 
 def memory_cap(one: dict, ranks: dict) -> int | None:
@@ -258,6 +330,9 @@ def markdown(result: dict) -> str:
     for row in result["exchange_times"]:
         lines.append(f"| {row['values_per_peer']:,} ({row['bytes_per_peer'] / 1024:,.0f} KiB) | {row['pairwise_us']:,.0f} us | "
                      f"{row['all_gather_us']:,.0f} us |")
+    if result.get("placement"):
+        lines += ["", placement_markdown(result["placement"], f"2 x {t['rows_per_table']:,} x {t['dim']}, global batch "
+                                         f"{t['batch']}, Zipf(1.2) ids").rstrip()]
     parity = result["criteo_parity"]
     if parity["auc_difference"] is not None:
         lines += ["", f"Criteo-format data ({parity['data']}, configs/sharded_criteo.yaml, 26 categorical fields): test AUC "
@@ -275,7 +350,9 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":  # a rank of exchange_times' launch
+if __name__ == "__main__":  # a rank of exchange_times' or placement_bytes' launch
+    sys.path.insert(0, str(ROOT))
     if len(sys.argv) == 4 and sys.argv[1] == "--probe":
-        sys.path.insert(0, str(ROOT))
         _probe(Path(sys.argv[2]), int(sys.argv[3]))
+    if len(sys.argv) == 7 and sys.argv[1] == "--placement-probe":
+        _placement_probe(Path(sys.argv[2]), *map(int, sys.argv[3:]))

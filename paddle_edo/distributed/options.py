@@ -7,6 +7,7 @@ import paddle
 
 from ..compat import PARAMETER_SERVER_BUILDS, has_parameter_servers
 from ..nn import EMBEDDINGS
+from ..nn.shards import PLACEMENTS
 from ..schema import ConfigError, Option
 from .admission import RULES as ADMISSION_RULES
 from .sharded.exchange import EXCHANGES
@@ -23,6 +24,11 @@ DISTRIBUTED_OPTIONS: dict[str, Option] = {
                              doc="sharded: tables with fewer rows are whole on every rank, their dense gradients "
                                  "all-reduced (at a batch of 4096 ids, exchanging such a table's rows moves about "
                                  "as many bytes as all-reducing it)"),
+    "placement": Option("auto", str, choices=PLACEMENTS,
+                        doc="sharded: how tables of at least shard_min_rows rows are spread over the ranks; row: "
+                            "each rank holds a share of the rows (types whose id g is row g); table: each table "
+                            "whole on one rank, which looks up and pools what every rank asks (any type); auto: "
+                            "row where the type allows, else table"),
     "exchange": Option("auto", str, choices=EXCHANGES,
                        doc="sharded: how ranks swap ids and rows; auto: all_to_all (NCCL) on a GPU, pairwise "
                            "send/recv on the CPU (gloo)"),

@@ -2,14 +2,19 @@
 what an ``embedding`` section says, validated, passed to whatever builds tables."""
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, TYPE_CHECKING
+from typing import Any, Callable, Iterator, Mapping, TYPE_CHECKING
+
+import paddle
+from paddle.utils import unique_name
 
 from ..budget import device_budget, parse_bytes
 from ..errors import EdoDeprecationWarning, EdoValueError
 from ..schema import ConfigError, Option, check_section
-from .shards import RowShare, building_share, share_rule
+from .remote_table import RemoteTable
+from .shards import RowShare, ShareRule, TableShare, building_share, share_rule
 
 if TYPE_CHECKING:
     from .base import EmbeddingBase
@@ -172,8 +177,9 @@ class TableSpec:
               ) -> "EmbeddingBase":
         """The layer for a table of ``num_embeddings`` ids; ``frequencies`` (a count per id) reaches the
         layers that need them. Tables under ``min_rows`` rows are dense fp32. Inside ``shards.row_shares``, a
-        row-shardable table is built as the rank's share of its rows (``layer.row_share``), any other whole
-        with a dense gradient."""
+        large table is built by its placement: as the rank's share of its rows (``layer.row_share``), whole
+        on one rank (``layer.table_share``; a ``RemoteTable`` on the others), or whole on every rank with a
+        dense gradient."""
         if self.type == AUTO:
             raise ConfigError("embedding.type = 'auto' is chosen table by table by the planner before a model is "
                               "built: train with tools/train.py (which plans first), or plan with tools/plan.py "
@@ -184,23 +190,65 @@ class TableSpec:
         cls = EMBEDDINGS[spec.type]
         options = spec.section()
         rule = share_rule()
+        if rule is not None and num_embeddings >= rule.min_rows:
+            if rule.by_rows(cls.row_shardable):
+                return _row_share(cls, num_embeddings, options, padding_idx, rule)
+            if rule.by_table(cls.row_shardable):
+                return _whole_on_one_rank(cls, num_embeddings, options, padding_idx, frequencies, rule)
         if rule is not None:
-            if cls.row_shardable and num_embeddings >= rule.min_rows:
-                share = RowShare(rule.rank, rule.world_size, num_embeddings, padding_idx)
-                if share.held_rows == 0:
-                    raise ConfigError(f"a table of {num_embeddings} rows cannot be shared by {rule.world_size} ranks "
-                                      f"(rank {rule.rank} would hold none): raise distributed.shard_min_rows above "
-                                      f"{num_embeddings} to replicate it")
-                owned_padding = padding_idx // rule.world_size \
-                    if padding_idx is not None and padding_idx % rule.world_size == rule.rank else None
-                with building_share(share):  # the padding row, zero, is on its owner (and never looked up)
-                    layer = cls.from_config(share.held_rows, options, padding_idx=owned_padding)
-                layer.row_share = share
-                return layer
             options = {**options, "sparse": False}  # replicated: its dense gradient is all-reduced
-        if cls.needs_frequencies:
-            return cls.from_config(num_embeddings, options, padding_idx=padding_idx, frequencies=frequencies)
-        return cls.from_config(num_embeddings, options, padding_idx=padding_idx)
+        return _built(cls, num_embeddings, options, padding_idx, frequencies)
+
+
+def _built(cls: type, num_embeddings: int, options: dict[str, Any], padding_idx: int | None, frequencies: Any
+           ) -> "EmbeddingBase":
+    if cls.needs_frequencies:
+        return cls.from_config(num_embeddings, options, padding_idx=padding_idx, frequencies=frequencies)
+    return cls.from_config(num_embeddings, options, padding_idx=padding_idx)
+
+
+def _row_share(cls: type, num_embeddings: int, options: dict[str, Any], padding_idx: int | None, rule: ShareRule
+               ) -> "EmbeddingBase":
+    """The rank's share of a table's rows (see ``shards``)."""
+    share = RowShare(rule.rank, rule.world_size, num_embeddings, padding_idx)
+    if share.held_rows == 0:
+        raise ConfigError(f"a table of {num_embeddings} rows cannot be shared by {rule.world_size} ranks "
+                          f"(rank {rule.rank} would hold none): raise distributed.shard_min_rows above "
+                          f"{num_embeddings} to replicate it")
+    owned_padding = padding_idx // rule.world_size \
+        if padding_idx is not None and padding_idx % rule.world_size == rule.rank else None
+    with building_share(share):  # the padding row, zero, is on its owner (and never looked up)
+        layer = cls.from_config(share.held_rows, options, padding_idx=owned_padding)
+    layer.row_share = share
+    return layer
+
+
+def _whole_on_one_rank(cls: type, num_embeddings: int, options: dict[str, Any], padding_idx: int | None,
+                       frequencies: Any, rule: ShareRule) -> "EmbeddingBase":
+    """The table on its owner, a RemoteTable on the other ranks. Every rank draws one seed from Paddle's
+    generator and the owner builds the table from it, its layers and parameters named by a generator of the
+    table's own: the ranks' generators (of numbers and of names) stay in step, so the replicated layers built
+    next start alike and are named alike, and the table starts, and is named, as with any number of ranks."""
+    share = TableShare(rule.place_table(num_embeddings * options["dim"]), rule.rank, rule.world_size, num_embeddings)
+    seed = int(paddle.randint(0, 2 ** 31 - 1, [1]).item())
+    with unique_name.guard(f"placed{len(rule.owners) - 1}_"):
+        if not share.held:
+            return RemoteTable(num_embeddings, options["dim"], share, padding_idx=padding_idx, kind=cls.registry_name)
+        with _seeded(seed):
+            layer = _built(cls, num_embeddings, options, padding_idx, frequencies)
+    layer.table_share = share
+    return layer
+
+
+@contextlib.contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """Paddle's generator seeded with ``seed`` inside, put back as it was after."""
+    state = paddle.get_rng_state()
+    paddle.seed(seed)
+    try:
+        yield
+    finally:
+        paddle.set_rng_state(state)
 
 
 def build_embedding(options: Mapping[str, Any] | TableSpec, num_embeddings: int, padding_idx: int | None = None,

@@ -29,7 +29,13 @@ TYPES = {
     "cached": ["embedding.type=cached", "embedding.cache_ratio=0.5", "embedding.min_cache_rows=8"],
     "cached_rule": ["embedding.type=cached", "embedding.cache_ratio=0.5", "embedding.min_cache_rows=8",
                     "train.table_optimizer.name=rowwise_adagrad"],  # the rule's state for every row, in host RAM
-    "hash": ["embedding.type=hash", "embedding.num_buckets=100"],   # whole on every rank, dense gradients
+    # placed whole on one rank (distributed.placement auto): types whose rows are not ids
+    "hash": ["embedding.type=hash", "embedding.num_buckets=100"],
+    "qr": ["embedding.type=qr", "embedding.num_collisions=4"],
+    "mixed": ["embedding.type=mixed_dim", "embedding.num_blocks=2", "embedding.min_dim=4"],
+    "clustered": ["embedding.type=clustered", "embedding.cluster_fraction=0.2", "embedding.keep_fraction=0.1"],
+    "dense_whole": ["distributed.placement=table"],   # tables of a row-shardable type placed whole
+    "hash_replicated": ["embedding.type=hash", "embedding.num_buckets=100", "distributed.placement=row"],
 }
 MANIFEST = Path("checkpoints") / "last.sharded.json"
 

@@ -10,14 +10,16 @@ import time
 import numpy as np
 import paddle
 import pytest
+from paddle.utils import unique_name
 
 from paddle_edo.config import load_config
 from paddle_edo.distributed.sharded import ShardedCollection
 from paddle_edo.distributed.sharded.checkpoint import read_manifest
 from paddle_edo.distributed.sharded.exchange import LocalExchange, choose_exchange, tournament_rounds
 from paddle_edo.engine import Engine
-from paddle_edo.errors import EdoIndexError, EdoValueError
+from paddle_edo.errors import EdoIndexError, EdoRuntimeError, EdoValueError
 from paddle_edo.nn import EmbeddingCollection, build_embedding
+from paddle_edo.nn.remote_table import RemoteTable
 from paddle_edo.nn.shards import RowShare, row_shares
 from paddle_edo.schema import ConfigError
 
@@ -27,7 +29,8 @@ sys.path.insert(0, str(ROOT / "tests" / "distributed"))
 from sharded_job import MANIFEST, config_for, run  # noqa: E402
 
 CASES = ["dense-sgd", "dense-adagrad", "dense-adam", "int8_state-adam", "qat-adam", "low_precision-adagrad",
-         "low_precision_rule-adam", "cached-adam", "cached_rule-adagrad", "hash-adam"]
+         "low_precision_rule-adam", "cached-adam", "cached_rule-adagrad",
+         "hash-adam", "qr-sgd", "mixed-adam", "clustered-adagrad", "dense_whole-adam"]  # tables placed whole
 # SGD moves by the gradient: 1e-6 of the weights' scale; Adagrad and Adam divide each coordinate by its own
 # gradients' scale, which turns the float summation order of a near-zero gradient into a visible step
 TOLERANCE = {"sgd": 1e-6, "adagrad": 5e-5, "adam": 5e-5}
@@ -61,15 +64,18 @@ def relative_difference(state: dict, reference: dict) -> float:
 def jobs(tmp_path_factory):
     """One process, 2 ranks and 3 ranks on every case, and the resumes across world sizes."""
     root = tmp_path_factory.mktemp("sharded")
-    for task in [*CASES, "dense-adam,epochs=2,out=two-epochs"]:
+    for task in [*CASES, "dense-adam,epochs=2,out=two-epochs", "hash-adam,epochs=2,out=hash-two-epochs"]:
         run(root, task, 1)
     two = launch(2, root, [*CASES, "dense-adam,epochs=2,resume=dense-adam/world1,out=resumed-1to2",
+                           "hash-adam,epochs=2,resume=hash-adam/world1,out=hash-resumed-1to2",
                            "dense-adam,epochs=2,out=two-epochs",
                            "dense-adam,epochs=2,resume=dense-adam/world2,out=resumed-2to2",
-                           "dense-adam,exchange=all_gather,out=gathered", "dense-adam,to_static=true,out=static"],
+                           "dense-adam,exchange=all_gather,out=gathered", "dense-adam,to_static=true,out=static",
+                           "hash-adam,to_static=true,out=hash-static"],
                  root / "log2")
     assert two.returncode == 0, logs_of(root / "log2")
     three = launch(3, root, [*CASES, "dense-adam,epochs=2,resume=dense-adam/world2,out=resumed-2to3",
+                             "hash-adam,epochs=2,resume=hash-adam/world2,out=hash-resumed-2to3",
                              "dense-adam,exchange=all_gather,out=gathered"], root / "log3")
     assert three.returncode == 0, logs_of(root / "log3")
     return root
@@ -87,16 +93,18 @@ def test_two_and_three_ranks_train_the_model_one_process_trains(jobs, case, tmp_
 
 
 def test_ranks_train_under_to_static_as_in_dynamic_graph(jobs, tmp_path):
-    reference = one_process_state("dense-adam", jobs / "dense-adam" / "world1", tmp_path)
-    static = one_process_state("dense-adam", jobs / "static" / "world2", tmp_path)
-    assert relative_difference(static, reference) <= TOLERANCE["adam"]
+    for case, out in (("dense-adam", "static"), ("hash-adam", "hash-static")):  # tables by rows; whole
+        reference = one_process_state(case, jobs / case / "world1", tmp_path)
+        static = one_process_state(case, jobs / out / "world2", tmp_path)
+        assert relative_difference(static, reference) <= TOLERANCE["adam"]
 
 
 def test_a_checkpoint_resumes_with_the_same_and_with_another_number_of_ranks(jobs, tmp_path):
-    uninterrupted = one_process_state("dense-adam", jobs / "two-epochs" / "world1", tmp_path)
-    for resumed in ("resumed-1to2/world2", "resumed-2to3/world3"):
-        assert relative_difference(one_process_state("dense-adam", jobs / resumed, tmp_path),
-                                   uninterrupted) <= TOLERANCE["adam"]
+    for case, prefix in (("dense-adam", ""), ("hash-adam", "hash-")):  # tables by rows; tables whole, which move
+        uninterrupted = one_process_state(case, jobs / f"{prefix}two-epochs" / "world1", tmp_path)
+        for resumed in ("resumed-1to2/world2", "resumed-2to3/world3"):
+            assert relative_difference(one_process_state(case, jobs / f"{prefix}{resumed}", tmp_path),
+                                       uninterrupted) <= TOLERANCE["adam"]
     # the same world size continues exactly: every rank's file equals the uninterrupted run's, bit for bit
     straight, again = (read_manifest(jobs / run_ / "world2" / MANIFEST) for run_ in ("two-epochs", "resumed-2to2"))
     for a, b in zip(straight["files"], again["files"]):
@@ -128,6 +136,9 @@ def test_a_resume_with_other_shard_settings_or_a_damaged_file_is_refused(jobs, t
     folder = jobs / "dense-sgd" / "world2"
     engine = Engine(config_for("dense-sgd", tmp_path / "a", ["distributed.shard_min_rows=100000"]))
     with pytest.raises(Exception, match="distributed.shard_min_rows = 0 rows, this run 100000"):
+        engine.load(folder / MANIFEST)
+    engine = Engine(config_for("dense-sgd", tmp_path / "p", ["distributed.placement=table"]))
+    with pytest.raises(Exception, match="placed its tables by distributed.placement = 'auto', this run by 'table'"):
         engine.load(folder / MANIFEST)
     damaged = tmp_path / "damaged"
     subprocess.run(["cp", "-r", str(folder), str(damaged)], check=True)
@@ -282,14 +293,92 @@ def test_a_share_holds_the_rows_of_the_whole_table():
                     np.testing.assert_array_equal(value.numpy(), whole[key].numpy()[rank::world], err_msg=key)
 
 
-def test_small_tables_and_tables_of_other_types_stay_whole_with_dense_gradients():
-    with row_shares(1, 2, 100):
+def test_small_tables_stay_whole_with_dense_gradients_and_placement_row_keeps_other_types_so():
+    with row_shares(1, 2, 100, "row"):
         small = build_embedding({"type": "dense", "dim": 4}, 50)
         hashed = build_embedding({"type": "hash", "dim": 4, "num_buckets": 64}, 1000)
         large = build_embedding({"type": "dense", "dim": 4}, 1000)
     assert not hasattr(small, "row_share") and small.sparse is False and small.num_embeddings == 50
-    assert not hasattr(hashed, "row_share")
+    assert not hasattr(hashed, "row_share") and not hasattr(hashed, "table_share") and hashed.sparse is False
     assert large.row_share.held_rows == 500 and large.num_embeddings == 500
+
+
+TABLES = [({"type": "hash", "dim": 4, "num_buckets": 64}, 1000), ({"type": "dense", "dim": 8}, 1000),
+          ({"type": "qr", "dim": 4, "num_collisions": 4}, 500), ({"type": "hash", "dim": 4, "num_buckets": 32}, 1000)]
+
+
+def placed_tables(rank: int, world: int, placement: str) -> tuple[list, float]:
+    """The TABLES as rank ``rank`` of ``world`` builds them, and the next number Paddle's generator draws."""
+    paddle.seed(17)
+    with unique_name.guard(), row_shares(rank, world, 100, placement):
+        layers = [build_embedding(section, rows, padding_idx=0) for section, rows in TABLES]
+    return layers, paddle.rand([1]).item()
+
+
+def test_tables_placed_whole_go_to_the_least_loaded_rank_and_start_as_in_one_process():
+    whole, after = placed_tables(0, 1, "auto")
+    for rank in range(2):
+        layers, drawn = placed_tables(rank, 2, "auto")
+        assert drawn == after  # the ranks' generators stay in step whatever they hold
+        assert layers[1].row_share.held_rows == 500  # auto: a dense table by rows
+        # elements placed so far: 4000 -> rank 0, then 2000 -> rank 1, then 4000 -> rank 1
+        for index, owner in ((0, 0), (2, 1), (3, 1)):
+            layer = layers[index]
+            assert layer.table_share.owner == owner and layer.table_share.held == (rank == owner)
+            if rank == owner:
+                assert type(layer) is type(whole[index])
+                assert [p.name for p in layer.parameters()] == [p.name for p in whole[index].parameters()]
+                for key, value in layer.state_dict().items():
+                    np.testing.assert_array_equal(value.numpy(), whole[index].state_dict()[key].numpy(), err_msg=key)
+            else:
+                assert isinstance(layer, RemoteTable) and not layer.parameters() and layer.estimated_bytes() == 0
+                assert layer.embedding_dim == whole[index].embedding_dim
+                with pytest.raises(EdoRuntimeError, match=f"lives on rank {owner}; a sharded collection"):
+                    layer(paddle.to_tensor([1]))
+    layers, _ = placed_tables(1, 2, "table")  # table: the dense table too (8000 elements, to rank 1), and the
+    assert [layer.table_share.owner for layer in layers] == [0, 1, 0, 0]  # next two to rank 0 (4000, then 6000)
+
+
+def whole_pair(pooling):
+    """A collection of a hash and a QR table, and the same tables placed whole on the one rank."""
+    sections = {"h": ({"type": "hash", "dim": 4, "num_buckets": 16}, 40), "q": ({"type": "qr", "dim": 3,
+                                                                                "num_collisions": 4}, 20)}
+    with row_shares(0, 1, 0):
+        placed = {key: build_embedding(section, rows, padding_idx=0) for key, (section, rows) in sections.items()}
+    plain = {key: build_embedding(section, rows, padding_idx=0) for key, (section, rows) in sections.items()}
+    for key in plain:
+        plain[key].set_state_dict(placed[key].state_dict())
+    return EmbeddingCollection(plain, pooling), ShardedCollection(placed, pooling, LocalExchange())
+
+
+@pytest.mark.parametrize("mode", ["none", "sum", "mean"])
+def test_tables_placed_whole_look_up_pool_and_train_as_a_collection_does(mode):
+    plain, placed = whole_pair({"h": "none", "q": mode})
+    h = paddle.to_tensor([3, 0, 39, 3])
+    q = paddle.to_tensor([[1, 0, 6], [0, 0, 0], [2, 2, 19], [6, 1, 0]]) if mode != "none" \
+        else paddle.to_tensor([1, 0, 19, 6])
+    inputs = [([h, q], None)]
+    if mode != "none":  # and bags given by offsets, an empty one among them
+        inputs.append(([h, paddle.to_tensor([1, 0, 6, 2, 2, 19, 6, 1, 0])], [None, paddle.to_tensor([0, 3, 3, 6])]))
+    for ids, offsets in inputs:
+        expected, got = plain(ids, offsets=offsets), placed(ids, offsets=offsets)
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=0, atol=1e-7)
+        for collection, out in ((placed, got), (plain, expected)):
+            (out * paddle.arange(out.size, dtype="float32").reshape(out.shape)).sum().backward()
+            paddle.optimizer.SGD(0.1, parameters=collection.parameters()).step()
+            collection.clear_gradients()
+        for key in ("h", "q"):
+            for name, value in plain[key].state_dict().items():
+                np.testing.assert_allclose(placed[key].state_dict()[name].numpy(), value.numpy(), rtol=0, atol=1e-6)
+
+
+def test_ids_of_a_table_placed_whole_are_checked_before_any_exchange():
+    _, placed = whole_pair({"h": "none", "q": "none"})
+    with pytest.raises(EdoIndexError, match=r"table 'q': id 20 is out of range \[0, 20\)"):
+        placed([paddle.to_tensor([1, 2]), paddle.to_tensor([1, 20])])
+    placed([paddle.to_tensor([1, 4000]), paddle.to_tensor([1, 2])])  # a hash table takes any id
+    with paddle.no_grad():
+        assert placed([paddle.zeros([0], dtype="int64"), paddle.zeros([0], dtype="int64")]).shape == [0, 7]
 
 
 def test_the_tournament_meets_every_pair_once_and_no_rank_twice_a_round():

@@ -160,7 +160,8 @@ def test_the_table_batched_collection_trains_as_per_table_layers():
 
 def test_sharded_tables_spread_rows_over_ranks_and_train_the_one_process_model():
     output = run("sharded_tables.py", "--rows", "20000", "--steps", "12")
-    for rank in (0, 1):
-        assert f"rank {rank} of 2: holds user rows 10,000 of 20,000, item rows 5,000 of 10,000, hour rows 24" in output
+    for rank, query in ((0, "the whole query table"), (1, "no query rows")):  # a hash table: whole on one rank
+        assert (f"rank {rank} of 2: holds user rows 10,000 of 20,000, item rows 5,000 of 10,000, hour rows 24 "
+                f"(whole), {query}") in output
     worst = float(re.search(r"largest difference from one process, relative to the weights: (\S+)", output).group(1))
     assert worst <= 5e-5

@@ -9,12 +9,17 @@ update, a cached table's bound optimizer. A step of lookups:
    keeps each table's distinct ids, the padding id dropped, so a row crosses the network once per rank;
 2. it sends each owner the local rows it wants, all tables in one message (their counts first);
 3. each owner looks the rows up through its share's own layer, an ordinary autograd lookup;
-4. the rows go back (the ``_RowExchange`` PyLayer), and each rank gathers, zeroes padding and pools bags.
+4. the rows go back (the ``_Exchanged`` PyLayer), and each rank gathers, zeroes padding and pools bags.
 
 In the backward pass the same PyLayer sends each row's summed gradient back to its owner, where Paddle's
-autograd carries it into the share's lookup: no dense gradient and no all-reduce of a table. Tables too
-small to shard (or of a type whose rows are not ids: hash, QR, mixed-dimension, clustered) are whole on every
-rank, looked up locally, their dense gradients all-reduced with the dense layers (``gradients.py``)."""
+autograd carries it into the share's lookup: no dense gradient and no all-reduce of a table.
+
+A table placed whole on one rank (``table_share``: any type, among them hash, QR, mixed-dimension and
+clustered tables, whose rows are not ids) gets its ids sent to its owner (distinct ones, or bags as they
+are), which looks them up and pools them through the table's own layer and sends back the vectors
+(``_TablePlan``); their gradients return the same way, through the same PyLayer. Tables too small to place
+are whole on every rank, looked up locally, their dense gradients all-reduced with the dense layers
+(``gradients.py``)."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -31,23 +36,24 @@ from .exchange import Exchange, joined_flat
 
 
 class ShardedCollection(EmbeddingCollection):
-    """The tables of ``collection`` (the same layers, names and pooling), its sharded ones (those with a
-    ``row_share``) looked up across the ranks through ``exchange``. ``forward`` takes and gives what
-    ``EmbeddingCollection.forward`` does: bags as padded ids ``[batch, L]`` or as flat ids with offsets. Every
-    rank must call it the same number of times, as a collective, and in training mode with gradients on run
-    the backward pass of what it returned (which sends the row gradients to their owners)."""
+    """The tables of ``collection`` (the same layers, names and pooling), its placed ones (those with a
+    ``row_share`` or a ``table_share``) looked up across the ranks through ``exchange``. ``forward`` takes and
+    gives what ``EmbeddingCollection.forward`` does: bags as padded ids ``[batch, L]`` or as flat ids with
+    offsets. Every rank must call it the same number of times, as a collective, and in training mode with
+    gradients on run the backward pass of what it returned (which sends the gradients to their owners)."""
 
     def __init__(self, tables: Mapping[str, EmbeddingBase], pooling: Mapping[str, str], exchange: Exchange, *,
                  name: str | None = None) -> None:
         super().__init__(tables, pooling, name=name)
         self.exchange = exchange
         for key, table in tables.items():
-            share = getattr(table, "row_share", None)
+            share = getattr(table, "row_share", None) or getattr(table, "table_share", None)
             if share is not None:
                 if share.world_size != exchange.world_size or share.rank != exchange.rank:
                     raise EdoValueError(f"{type(self).__name__}: table {key!r} is rank {share.rank} of "
                                         f"{share.world_size}'s share, the exchange rank {exchange.rank} of "
                                         f"{exchange.world_size}")
+            if getattr(table, "row_share", None) is not None:
                 self.padding[key] = share.padding_idx
 
     @classmethod
@@ -77,10 +83,10 @@ class ShardedCollection(EmbeddingCollection):
         offsets = self._by_table(offsets, "offsets") if offsets is not None else [None] * len(self.names)
         batch = self._batch_size(ids, offsets)
         shares = self.shares()
-        sharded = [key for key in self.names if key in shares]
-        gathered = self._sharded_lookup(sharded, [ids[self.names.index(key)] for key in sharded],
-                                        [offsets[self.names.index(key)] for key in sharded], shares, batch) \
-            if sharded else {}
+        by_rows = [key for key in self.names if key in shares]
+        by_table = [key for key in self.names if getattr(self[key], "table_share", None) is not None]
+        gathered = self._exchanged_lookup(by_rows, by_table, ids, offsets, shares, batch) \
+            if by_rows or by_table else {}
         outputs = []
         for index, key in enumerate(self.names):
             if key in gathered:
@@ -95,26 +101,35 @@ class ShardedCollection(EmbeddingCollection):
             return outputs[0] if len(outputs) == 1 else paddle.concat(outputs, axis=1)
         return [out.reshape(self._shape(i, ids[i], offsets[i], batch)) for i, out in enumerate(outputs)]
 
-    def _sharded_lookup(self, keys: list[str], ids: list[paddle.Tensor], offsets: list[paddle.Tensor | None],
-                        shares: dict[str, RowShare], batch: int) -> dict[str, paddle.Tensor]:
-        """Each sharded table's vectors [batch, width], its rows fetched from their owners."""
-        plan = _ExchangePlan(self, keys, ids, offsets, shares, batch)
-        requested = plan.request()  # ids each rank asks of this one, by table
-        owned = [self[key](paddle.to_tensor(local)) if local.size else
-                 paddle.zeros([0, self[key].embedding_dim], dtype="float32") for key, local in zip(keys, requested)]
+    def _exchanged_lookup(self, by_rows: list[str], by_table: list[str], ids: list[paddle.Tensor],
+                          offsets: list[paddle.Tensor | None], shares: dict[str, RowShare], batch: int
+                          ) -> dict[str, paddle.Tensor]:
+        """The vectors [batch, width] of the tables placed by rows (their rows fetched from their owners) and
+        of those placed whole on one rank (looked up and pooled by the owner)."""
+        def given(keys: list[str], values: list) -> list:
+            return [values[self.names.index(key)] for key in keys]
+        plans = []
+        if by_rows:
+            plans.append(_RowPlan(self, by_rows, given(by_rows, ids), given(by_rows, offsets), shares, batch))
+        if by_table:
+            plans.append(_TablePlan(self, by_table, given(by_table, ids), given(by_table, offsets), batch))
+        for plan in plans:
+            plan.owned = plan.answer()  # what this rank owns of what every rank asked, by autograd lookups
         if paddle.is_grad_enabled() and self.training:  # the same on every rank: all or none send gradients back
             anchor = paddle.zeros([1], dtype="float32")
             anchor.stop_gradient = False
-            trained = [rows for rows in owned if not rows.stop_gradient]
-            plan.owned = owned
-            flat = _RowExchange.apply(anchor, *trained, plan=plan)
+            trained = [values for plan in plans for values in plan.owned if not values.stop_gradient]
+            flats = _Exchanged.apply(anchor, *trained, plans=plans)
+            flats = [flats] if isinstance(flats, paddle.Tensor) else list(flats)
         else:
             with paddle.no_grad():
-                flat = plan.send_rows(owned)
-        return plan.vectors(flat)
+                flats = [plan.send_values(plan.owned) for plan in plans]
+            for plan in plans:
+                plan.owned = None
+        return {key: vectors for plan, flat in zip(plans, flats) for key, vectors in plan.vectors(flat).items()}
 
 
-class _ExchangePlan:
+class _RowPlan:
     """One step's bookkeeping: each table's distinct ids, who owns them, how many each rank asks of each."""
 
     def __init__(self, collection: ShardedCollection, keys: list[str], ids: list[paddle.Tensor],
@@ -169,7 +184,13 @@ class _ExchangePlan:
                 by_table[t].append(part)
         return [np.concatenate(parts) for parts in by_table]
 
-    def send_rows(self, owned: list[paddle.Tensor]) -> paddle.Tensor:
+    def answer(self) -> list[paddle.Tensor]:
+        """The rows every rank asked of this one, per table, looked up through the share's own layer."""
+        requested = self.request()
+        return [self.collection[key](paddle.to_tensor(local)) if local.size else
+                paddle.zeros([0, dim], dtype="float32") for key, local, dim in zip(self.keys, requested, self.dims)]
+
+    def send_values(self, owned: list[paddle.Tensor]) -> paddle.Tensor:
         """Return the owned rows to whoever asked; returns this rank's distinct rows of every table, flat,
         each table's in its distinct-id order, and one zero at the end."""
         pieces = self._swap(owned, self.asked_of_me, self.counts)
@@ -177,7 +198,7 @@ class _ExchangePlan:
         return joined_flat([*tables, paddle.zeros([1], dtype="float32")])
 
     def send_gradients(self, flat_grad: paddle.Tensor) -> list[paddle.Tensor]:
-        """The backward of ``send_rows``: each distinct row's gradient back to its owner; returns the
+        """The backward of ``send_values``: each distinct row's gradient back to its owner; returns the
         gradient of every owned rows tensor."""
         per_table = _cut(flat_grad[:-1], self.distinct * self.dims)
         grouped = [paddle.gather(g.reshape([-1, dim]), paddle.to_tensor(order)) if order.size else g.reshape([-1, dim])
@@ -236,6 +257,139 @@ class _ExchangePlan:
         return out
 
 
+class _TablePlan:
+    """One step of the tables placed whole on one rank: each rank sends each table's ids to its owner, which
+    looks them up through the table's own layer, one call per asking rank, and sends back one vector per
+    row asked; their gradients go back the same way. A table without pooling sends its distinct ids (a row
+    crosses the network once per rank and step, as by rows) and gathers its vectors from the answer; a
+    pooled one sends its bags as it has them (``[batch, L]``, or flat with offsets), which the owner pools:
+    a bag crosses the network once as ids and once as one vector, whatever its length."""
+
+    HEADER = 3  # per table asked of an owner: ids, rows of the answer, and L of [rows, L] ids (0: flat, -1: offsets)
+
+    def __init__(self, collection: ShardedCollection, keys: list[str], ids: list[paddle.Tensor],
+                 offsets: list[paddle.Tensor | None], batch: int) -> None:
+        self.collection, self.keys, self.batch = collection, keys, batch
+        self.exchange = collection.exchange
+        self.owners = [collection[key].table_share.owner for key in keys]
+        self.dims = [collection[key].embedding_dim for key in keys]
+        self.messages, self.headers, self.inverse, self.widths = [], [], [], []
+        for key, table_ids, table_offsets in zip(keys, ids, offsets):
+            table = collection[key]
+            values = table_ids.numpy().astype(np.int64, copy=False)
+            if values.size and not table.takes_any_id:
+                low, high = int(values.min()), int(values.max())
+                if low < 0 or high >= table.num_embeddings:
+                    raise EdoIndexError(f"{collection.full_name()} table '{key}': id {low if low < 0 else high} is "
+                                        f"out of range [0, {table.num_embeddings})")
+            self.widths.append(collection._width(collection.names.index(key), table_ids, table_offsets))
+            if collection.pooling[key] == "none":
+                distinct, inverse = np.unique(values.reshape(-1), return_inverse=True)
+                self.messages.append([distinct])
+                self.headers.append([distinct.size, distinct.size, 0])
+                self.inverse.append(inverse.reshape(-1))
+            elif table_offsets is not None:
+                starts = table_offsets.numpy().astype(np.int64).reshape(-1)
+                self.messages.append([values.reshape(-1), starts])
+                self.headers.append([values.size, starts.size, -1])
+                self.inverse.append(None)
+            else:
+                self.messages.append([values.reshape(-1)])
+                self.headers.append([values.size, values.shape[0], values.shape[1]])
+                self.inverse.append(None)
+
+    def _mine(self, rank: int) -> list[int]:
+        """The indices of the tables rank ``rank`` owns."""
+        return [t for t, owner in enumerate(self.owners) if owner == rank]
+
+    def answer(self) -> list[paddle.Tensor]:
+        """Send each owner the ids of its tables; returns this rank's answers to what every rank asked of
+        it: per owned table, per asking rank (in rank order), its vectors ``[rows asked, dim]``."""
+        world, rank = self.exchange.world_size, self.exchange.rank
+        owned = self._mine(rank)
+        headers = self.exchange.exchange(
+            [paddle.to_tensor(np.asarray([v for t in self._mine(d) for v in self.headers[t]], dtype=np.int64))
+             for d in range(world)], [self.HEADER * len(owned)] * world)
+        self.asked = [h.numpy().reshape([len(owned), self.HEADER]).tolist() for h in headers]  # [source][table]
+
+        def length(header: list[int]) -> int:
+            return header[0] + (header[1] if header[2] < 0 else 0)
+        parts = [paddle.to_tensor(np.concatenate([np.zeros(0, np.int64), *(m for t in self._mine(d)
+                                                                           for m in self.messages[t])]))
+                 for d in range(world)]
+        received = [message.numpy() for message in self.exchange.exchange(
+            parts, [sum(length(h) for h in self.asked[source]) for source in range(world)])]
+        answers = []
+        for position, t in enumerate(owned):
+            key, dim = self.keys[t], self.dims[t]
+            for source in range(world):
+                n, rows, shape = self.asked[source][position]
+                start = sum(length(h) for h in self.asked[source][:position])
+                flat = received[source][start:start + length(self.asked[source][position])]
+                if n == 0:
+                    answers.append(paddle.zeros([rows, dim], dtype="float32"))
+                    continue
+                ids = paddle.to_tensor(flat[:n].reshape([rows, shape]) if shape > 0 else flat[:n])
+                offsets = paddle.to_tensor(flat[n:]) if shape < 0 else None
+                answers.append(self.collection._table_lookup(key, ids, offsets).reshape([rows, dim]))
+        return answers
+
+    def send_values(self, owned: list[paddle.Tensor]) -> paddle.Tensor:
+        """Send each asking rank its answers; returns this rank's answers of every table, flat, in table
+        order, and one zero at the end."""
+        world, rank = self.exchange.world_size, self.exchange.rank
+        mine = self._mine(rank)
+        parts = [joined_flat([owned[position * world + d] for position in range(len(mine))]
+                             + [paddle.zeros([0], dtype="float32")]) for d in range(world)]
+        received = self.exchange.exchange(parts, [sum(self._sizes(self._mine(d))) for d in range(world)])
+        tables: list[paddle.Tensor | None] = [None] * len(self.keys)
+        for owner in range(world):
+            for t, part in zip(self._mine(owner), _cut(received[owner], self._sizes(self._mine(owner)))):
+                tables[t] = part
+        return joined_flat([*tables, paddle.zeros([1], dtype="float32")])
+
+    def _sizes(self, tables: list[int]) -> list[int]:
+        """The elements of this rank's answers of ``tables``."""
+        return [self.headers[t][1] * self.dims[t] for t in tables]
+
+    def send_gradients(self, flat_grad: paddle.Tensor) -> list[paddle.Tensor]:
+        """The backward of ``send_values``: each answer's gradient back to the owner; returns the gradient
+        of every owned answer."""
+        world, rank = self.exchange.world_size, self.exchange.rank
+        per_table = _cut(flat_grad[:-1], self._sizes(list(range(len(self.keys)))))
+        parts = [joined_flat([per_table[t] for t in self._mine(d)] + [paddle.zeros([0], dtype="float32")])
+                 for d in range(world)]
+        mine = self._mine(rank)
+        shapes = [[[self.asked[source][position][1], self.dims[t]] for position, t in enumerate(mine)]
+                  for source in range(world)]
+        received = self.exchange.exchange(parts, [sum(r * d for r, d in shapes[source]) for source in range(world)])
+        grads = [None] * (len(mine) * world)
+        for source in range(world):
+            for position, part in enumerate(_cut(received[source], [r * d for r, d in shapes[source]])):
+                grads[position * world + source] = part.reshape(shapes[source][position])
+        return grads
+
+    def vectors(self, flat: paddle.Tensor) -> dict[str, paddle.Tensor]:
+        """Each table's vectors [batch, width]: gathered from the distinct rows' answers, or the bags' pooled
+        ones as they came (plus the zero at the end, that every rank's backward reaches the exchange)."""
+        if self.batch == 0:  # an empty slice (evaluation's last batch; training slices never are)
+            return {key: paddle.zeros([0, width], dtype="float32") for key, width in zip(self.keys, self.widths)}
+        parts = _cut(flat[:-1], self._sizes(list(range(len(self.keys)))))
+        tail = flat[-1:]
+        out = {}
+        for t, key in enumerate(self.keys):
+            answers = parts[t].reshape([-1, self.dims[t]])
+            inverse = self.inverse[t]
+            if inverse is None:
+                out[key] = answers.reshape([self.batch, self.widths[t]]) + tail
+            elif inverse.size == 0:
+                out[key] = paddle.zeros([self.batch, self.widths[t]], dtype="float32")
+            else:
+                gathered = paddle.gather(answers, paddle.to_tensor(inverse))
+                out[key] = gathered.reshape([self.batch, self.widths[t]]) + tail
+        return out
+
+
 def _bag_of_each_id(offsets: paddle.Tensor, count: int, key: str) -> np.ndarray:
     """The bag of each of ``count`` flat ids, given the bags' starts (``offsets`` [batch], from 0, not
     decreasing, within the ids); EdoValueError naming the table else."""
@@ -269,20 +423,26 @@ def _ungroup(grouped: paddle.Tensor, order: np.ndarray) -> paddle.Tensor:
     return paddle.gather(grouped, paddle.to_tensor(inverse))
 
 
-class _RowExchange(paddle.autograd.PyLayer):
-    """``send_rows`` with a backward that sends the rows' gradients to their owners. ``anchor``, a leaf
-    that wants a gradient, makes every rank run the backward (and so its half of the exchange) even when
-    it owns no row wanted this step."""
+class _Exchanged(paddle.autograd.PyLayer):
+    """Each plan's ``send_values`` (one flat tensor of values per plan, in order), with a backward that runs
+    each plan's ``send_gradients`` in the same order on every rank. ``anchor``, a leaf that wants a
+    gradient, makes every rank run the backward (and so its half of the exchanges) even when it owns
+    nothing wanted this step. ``trained``: the plans' owned tensors that want gradients, in order."""
 
     @staticmethod
-    def forward(ctx, anchor: paddle.Tensor, *trained: paddle.Tensor, plan: _ExchangePlan) -> paddle.Tensor:
-        ctx.plan = plan
-        ctx.trained = [not rows.stop_gradient for rows in plan.owned]  # the tensors ``trained`` holds, in order
-        owned, plan.owned = plan.owned, None
-        return plan.send_rows(owned)
+    def forward(ctx, anchor: paddle.Tensor, *trained: paddle.Tensor, plans: list) -> paddle.Tensor:
+        ctx.plans = plans
+        ctx.trained = [[not values.stop_gradient for values in plan.owned] for plan in plans]
+        flats = []
+        for plan in plans:
+            owned, plan.owned = plan.owned, None
+            flats.append(plan.send_values(owned))
+        return flats[0] if len(flats) == 1 else tuple(flats)
 
     @staticmethod
-    def backward(ctx, grad: paddle.Tensor):
+    def backward(ctx, *grads: paddle.Tensor):
+        result = [paddle.zeros([1], dtype="float32")]
         with paddle.no_grad():
-            grads = ctx.plan.send_gradients(grad)
-        return (paddle.zeros([1], dtype="float32"), *[g for g, wanted in zip(grads, ctx.trained) if wanted])
+            for plan, grad, wanted in zip(ctx.plans, grads, ctx.trained):
+                result.extend(g for g, keep in zip(plan.send_gradients(grad), wanted) if keep)
+        return tuple(result)
