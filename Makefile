@@ -43,6 +43,7 @@ setup-paddle3: $(STAMP3)
 setup-peers:
 	$(PYTHON) -m venv $(VENV_PEERS)
 	$(VENV_PEERS)/bin/python -m pip install --disable-pip-version-check -q -r requirements-peers.txt
+	$(VENV_PEERS)/bin/python -m pip install --disable-pip-version-check -q --no-deps -r requirements-peers-torchrec.txt
 
 data: $(STAMP)
 	$(PY) tools/get_data.py movielens

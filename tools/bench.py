@@ -9,7 +9,7 @@
   python tools/bench.py data [--rows 1000000] [--scale-rows 20000000]
   python tools/bench.py serving [--rate 500] [--seconds 60]
   python tools/bench.py redis [--rows 1000000] [--rate 500] [--seconds 30]
-  python tools/bench.py sharded [--fields 4] [--rows 500000] [--dim 64] [--samples 400000] [--placement-only]
+  python tools/bench.py sharded [--fields 4] [--rows 500000] [--dim 64] [--samples 400000] [--only placement peers]
   python tools/bench.py training_memory [--seeds 1 2 3] [--data movielens criteo] [--criteo-rows 1000000]
   python tools/bench.py capacity [--configs ...] [--ids zipf uniform] [--limit-gib 20] [--steps 200]
       [--at-rows N ...] [--speed-rows N]
@@ -756,16 +756,29 @@ def run_sharded(args: argparse.Namespace, out: Path) -> int:
     collective and parameter servers, a table over one process's memory cap, bytes on paper at 8-512 ranks."""
     from tools import bench_sharded
 
-    if args.placement_only:
-        rows = bench_sharded.placement_bytes(args.rows, args.dim, args.batch)
-        (out / "sharded_placement.json").write_text(json.dumps(
-            {"rows": args.rows, "dim": args.dim, "batch": args.batch, "placement": rows,
-             "settings": {"threads": args.threads, "malloc": MALLOC, "processor": processor_name()}}, indent=2))
-        tables = f"2 x {args.rows:,} x {args.dim}, global batch {args.batch}, Zipf(1.2) ids"
-        print(write_report(out / "sharded_placement.md", bench_sharded.placement_markdown(rows, tables), args.threads))
+    if args.only:  # parts alone, each its own report
+        settings = {"threads": args.threads, "malloc": MALLOC, "processor": processor_name()}
+        shapes = f"2 x {args.rows:,} x {args.dim}, global batch {args.batch}, Zipf(1.2) ids"
+        if "placement" in args.only:
+            rows = bench_sharded.placement_bytes(args.rows, args.dim, args.batch)
+            (out / "sharded_placement.json").write_text(json.dumps(
+                {"rows": args.rows, "dim": args.dim, "batch": args.batch, "placement": rows, "settings": settings},
+                indent=2))
+            print(write_report(out / "sharded_placement.md", bench_sharded.placement_markdown(rows, shapes),
+                               args.threads))
+        if "peers" in args.only:
+            if not args.peers:
+                raise SystemExit("bench.py sharded --only peers needs --peers (a Python with torchrec: make setup-peers)")
+            rows = bench_sharded.peer_steps(args.peers, args.fields, args.rows, args.dim, args.batch)
+            (out / "sharded_peers.json").write_text(json.dumps(
+                {"fields": args.fields, "rows": args.rows, "dim": args.dim, "batch": args.batch, "runs": rows,
+                 "settings": settings}, indent=2))
+            tables = f"{args.fields} x {args.rows:,} x {args.dim}, one Zipf(1.2) id per example and table, global " \
+                     f"batch {args.batch}"
+            print(write_report(out / "sharded_peers.md", bench_sharded.peers_markdown(rows, tables), args.threads))
         return 0
     result = bench_sharded.sharded_benchmark(args.fields, args.rows, args.dim, args.samples, args.batch,
-                                             Path(args.criteo) if args.criteo else None)
+                                             Path(args.criteo) if args.criteo else None, peers=args.peers)
     result["settings"] = {"threads": args.threads, "malloc": MALLOC, "processor": processor_name()}
     (out / "sharded.json").write_text(json.dumps(result, indent=2))
     print(write_report(out / "sharded.md", bench_sharded.markdown(result), args.threads))
@@ -875,8 +888,12 @@ def main(argv: list[str] | None = None) -> int:
     sharded.add_argument("--criteo", default=None, help="Criteo-format files for the AUC parity part (default: "
                                                          "300,000 rows of criteo-synthetic made for it)")
     sharded.add_argument("--threads", type=int, default=2, help="of the machine: one process takes 2, each of 2 ranks 1")
-    sharded.add_argument("--placement-only", action="store_true",
-                         help="only pooled bags' bytes and step times, tables placed by rows against whole")
+    sharded.add_argument("--only", nargs="+", choices=("placement", "peers"),
+                         help="these parts alone: placement (pooled bags' bytes and steps, tables by rows against "
+                              "whole), peers (a training step against TorchRec's sharded tables on CPU ranks)")
+    sharded.add_argument("--peers", default=str(ROOT / ".venv-peers" / "bin" / "python") if (
+        ROOT / ".venv-peers" / "bin" / "python").exists() else None,
+                         help="a Python with torch, fbgemm-gpu-cpu and torchrec for the peer rows (`make setup-peers`)")
     sharded.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     redis = sub.add_parser("redis", help="tables in Redis: export rows/s, bytes per row, lookup latency, the service")
     redis.add_argument("--rows", type=int, default=1_000_000)

@@ -254,13 +254,101 @@ def placement_markdown(rows: list[dict], tables: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+PEER_KINDS = ("table_wise", "row_wise")  # TorchRec's sharding types tried on CPU ranks
+WARMUP = 3  # untimed steps before the timed ones
+
+
+def zipf_ids(rows: int, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """Zipf(1.2) ids below ``rows``, drawn from ``seed`` (both sides of the peer run draw the same)."""
+    return np.minimum(np.random.default_rng(seed).zipf(1.2, shape), rows - 1).astype(np.int64)
+
+
+def peer_steps(peers: str, tables: int = 4, rows: int = 500_000, dim: int = 64, batch: int = 4096,
+               steps: int = 20) -> list[dict]:
+    """A training step of ``tables`` tables of ``rows`` x ``dim`` (one Zipf id per example and table, Adagrad)
+    on 2 CPU ranks, one thread each: TorchRec's DistributedModelParallel with every table table-wise, then
+    row-wise (``peers``: a Python with torchrec, tools/bench_sharded_peers.py), and the package's sharded
+    collection with the tables placed by rows, then whole. Per run, each rank's median step or the error."""
+    found = []
+    with tempfile.TemporaryDirectory() as folder:
+        sizes = [str(v) for v in (tables, rows, dim, batch, steps)]
+        for kind in PEER_KINDS:
+            out = Path(folder) / f"torchrec_{kind}"
+            subprocess.run([peers, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                            str(ROOT / "tools" / "bench_sharded_peers.py"), str(out), kind, *sizes],
+                           cwd=ROOT, capture_output=True, timeout=1800)
+            found.append({"side": "TorchRec", "placement": kind, "batch": batch, **_ranks(out)})
+        for placement in ("row", "table"):
+            out = Path(folder) / f"edo_{placement}"
+            subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
+                            str(Path(folder) / f"log_{placement}"), __file__, "--step-probe", str(out), placement,
+                            *sizes], cwd=ROOT, env=ENV, capture_output=True, timeout=1800)
+            found.append({"side": "paddle_edo", "placement": placement, "batch": batch, **_ranks(out)})
+    return found
+
+
+def _ranks(out: Path) -> dict:
+    """Both ranks' results of a peer run: their step times, or the first error either wrote (or that none
+    wrote a result)."""
+    results = [json.loads(path.read_text()) if path.is_file() else {"error": "no result (the rank died)"}
+               for path in (out.with_suffix(f".{rank}.json") for rank in range(2))]
+    errors = [r["error"] for r in results if "error" in r]
+    return {"error": errors[0]} if errors else {"step_ms_by_rank": [r["step_ms"] for r in results]}
+
+
+def _step_probe(out: Path, placement: str, tables: int, rows: int, dim: int, batch: int, steps: int) -> None:
+    import paddle
+    import paddle.distributed as dist
+
+    from paddle_edo.distributed.sharded import ShardedCollection
+    from paddle_edo.distributed.sharded.exchange import PairwiseExchange
+    from paddle_edo.nn import build_embedding
+    from paddle_edo.nn.shards import row_shares
+    from paddle_edo.runtime import set_num_threads
+
+    dist.init_parallel_env()
+    set_num_threads(1)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    names = [f"t{t}" for t in range(tables)]
+    with row_shares(rank, world, 0, placement):
+        layers = {name: build_embedding({"type": "dense", "dim": dim}, rows) for name in names}
+    collection = ShardedCollection(layers, {name: "none" for name in names}, PairwiseExchange(rank, world))
+    optimizer = paddle.optimizer.Adagrad(0.01, parameters=collection.parameters())
+    mine = batch // world
+    times = []
+    for step in range(WARMUP + steps):
+        ids = zipf_ids(rows, (tables, mine), step * 1000 + rank)
+        dist.barrier()
+        start = time.perf_counter()
+        collection([paddle.to_tensor(column) for column in ids]).sum().backward()
+        optimizer.step()
+        optimizer.clear_grad()
+        if step >= WARMUP:
+            times.append(time.perf_counter() - start)
+    out.with_suffix(f".{rank}.json").write_text(json.dumps({"step_ms": float(np.median(times)) * 1e3}))
+
+
+def peers_markdown(rows: list[dict], tables: str) -> str:
+    lines = [f"A training step (lookup, backward, Adagrad) on 2 CPU ranks, one thread each: {tables}; median step, "
+             f"rank 0 / rank 1, and examples/s of the global batch at the slower rank:", "",
+             "| library | placement | step | examples/s |", "|---|---|---|---|"]
+    for row in rows:
+        if "error" in row:
+            lines.append(f"| {row['side']} | {row['placement']} | refused: {row['error']} | |")
+            continue
+        times = row["step_ms_by_rank"]
+        lines.append(f"| {row['side']} | {row['placement']} | {' / '.join(f'{t:.1f} ms' for t in times)} | "
+                     f"{row['batch'] / max(times) * 1e3:,.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 def sharded_benchmark(fields: int = 4, rows: int = 500_000, dim: int = 64, samples: int = 400_000, batch: int = 4096,
-                      criteo: Path | None = None, work: Path | None = None) -> dict:
+                      criteo: Path | None = None, work: Path | None = None, peers: str | None = None) -> dict:
     from paddle_edo.compat import has_parameter_servers
 
     if work is None:
         with tempfile.TemporaryDirectory(prefix="bench_sharded") as folder:
-            return sharded_benchmark(fields, rows, dim, samples, batch, criteo, Path(folder))
+            return sharded_benchmark(fields, rows, dim, samples, batch, criteo, Path(folder), peers)
     overrides = table_overrides(fields, rows, dim, samples, batch)
     runs = [run_job("one process", work / "one", overrides, 1, "sharded"),
             run_job("sharded, 2 ranks", work / "sharded2", overrides, 2, "sharded")]
@@ -280,6 +368,7 @@ def sharded_benchmark(fields: int = 4, rows: int = 500_000, dim: int = 64, sampl
                        "fp32_bytes": table_bytes},
             "runs": runs, "formula": formula_bytes(overrides, 2), "memory_cap_bytes": cap, "capped": capped,
             "exchange_times": exchange_times(), "placement": placement_bytes(rows, dim, batch),
+            "peers": peer_steps(peers, fields, rows, dim, batch) if peers else [],
             "criteo_parity": criteo_parity(criteo), "on_paper": on_paper()}
 
 
@@ -333,6 +422,9 @@ def markdown(result: dict) -> str:
     if result.get("placement"):
         lines += ["", placement_markdown(result["placement"], f"2 x {t['rows_per_table']:,} x {t['dim']}, global batch "
                                          f"{t['batch']}, Zipf(1.2) ids").rstrip()]
+    if result.get("peers"):
+        lines += ["", peers_markdown(result["peers"], f"{t['fields']} x {t['rows_per_table']:,} x {t['dim']}, one Zipf(1.2) "
+                                                      f"id per example and table, global batch {t['batch']}").rstrip()]
     parity = result["criteo_parity"]
     if parity["auc_difference"] is not None:
         lines += ["", f"Criteo-format data ({parity['data']}, configs/sharded_criteo.yaml, 26 categorical fields): test AUC "
@@ -356,3 +448,5 @@ if __name__ == "__main__":  # a rank of exchange_times' or placement_bytes' laun
         _probe(Path(sys.argv[2]), int(sys.argv[3]))
     if len(sys.argv) == 7 and sys.argv[1] == "--placement-probe":
         _placement_probe(Path(sys.argv[2]), *map(int, sys.argv[3:]))
+    if len(sys.argv) == 9 and sys.argv[1] == "--step-probe":
+        _step_probe(Path(sys.argv[2]), sys.argv[3], *map(int, sys.argv[4:]))

@@ -28,6 +28,7 @@ from .shards import place_of, share_being_built
 from .signature import accepts_old_signature
 from .swap import swap_sublayers
 
+LFU_COUNTS = "lfu_counts"  # the state entry of the lfu policy's count of uses per id
 ROW_STATE_PREFIX = "row_state_"  # state_dict keys of the per-row optimizer state, beside "weight"
 CACHEABLE_OPTIMIZERS = ("sgd", "adagrad", "adam")
 HOST_FORMATS = ("float32", *RECORD_FORMATS)
@@ -495,6 +496,8 @@ class CachedEmbedding(EmbeddingBase):
 
     def owns_state_key(self, key: str) -> bool:
         """Whether ``key`` (relative to the layer) is one of its state entries."""
+        if key == LFU_COUNTS:
+            return self.slots.policy.name == "lfu"
         if self.host.records is not None:
             return key in self.packed_state_keys
         return key == "weight" or key.startswith(ROW_STATE_PREFIX)
@@ -508,6 +511,8 @@ class CachedEmbedding(EmbeddingBase):
         prefix = key[: -len("cache")]
         del destination[key]
         self.flush()
+        if self.slots.policy.name == "lfu":  # which rows the cache keeps next depends on every id's count
+            destination[prefix + LFU_COUNTS] = paddle.to_tensor(self.slots.policy.counts, place=paddle.CPUPlace())
         if self.host.records is not None:
             for entry, array in zip(self.packed_state_keys, self.host.records.split(np.asarray(self.host.array))):
                 destination[prefix + entry] = paddle.to_tensor(array, place=paddle.CPUPlace())
@@ -519,14 +524,32 @@ class CachedEmbedding(EmbeddingBase):
 
     def set_state_dict(self, state_dict: dict[str, Any], use_structured_name: bool = True) -> None:
         """Load a full table (``weight`` and ``row_state_*``, or a packed host's codes and row parameters,
-        as ``state_dict()`` gives them)."""
+        as ``state_dict()`` gives them, and with the lfu policy each id's count of uses, ``lfu_counts``; a
+        state without them, from before they were saved, starts the counts at zero)."""
         self.load_host_state(state_dict)
 
     def load_host_state(self, values: dict[str, Any]) -> None:
         name = self.label
+        values = dict(values)
+        counts = values.pop(LFU_COUNTS, None)
+        if counts is not None:
+            counts = counts.numpy() if isinstance(counts, paddle.Tensor) else np.asarray(counts)
+            if self.slots.policy.name != "lfu":
+                raise EdoValueError(f"{name}: the state holds {LFU_COUNTS!r}, the counts of the lfu policy; this "
+                                    f"table evicts by {self.slots.policy.name!r} (embedding.policy)")
+            if counts.dtype != np.int32 or counts.shape != (self.num_embeddings,):
+                raise EdoValueError(f"{name}: {LFU_COUNTS!r} is {counts.dtype} {list(counts.shape)}, expected int32 "
+                                    f"{[self.num_embeddings]}")
         if self.host.records is not None:
             self._load_packed_state(values)
-            return
+        else:
+            self._load_rows(values)
+        if self.slots.policy.name == "lfu":
+            self.slots.policy.counts[:] = 0 if counts is None else counts
+
+    def _load_rows(self, values: dict[str, Any]) -> None:
+        """An fp32 host's weight and row state, checked by name and shape."""
+        name = self.label
         expected = ["weight", *(ROW_STATE_PREFIX + s for s in self.host.state_names)]
         missing = [k for k in expected if k not in values]
         if missing:

@@ -3,6 +3,7 @@ with the same or another number of ranks; a killed rank fails the job; bad input
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -122,6 +123,34 @@ def test_the_gathered_exchange_trains_what_the_pairwise_one_does_bit_for_bit(job
             right = paddle.load(str(jobs / "gathered" / f"world{world}" / "checkpoints" / b))["model"]
             for key in left:
                 assert np.array_equal(left[key].numpy(), right[key].numpy()), key
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def test_two_machines_given_by_ips_train_what_one_machine_with_two_ranks_trains(jobs, tmp_path):
+    """``paddle.distributed.launch --ips`` on two machines, played by two launchers on loopback addresses
+    (Paddle refuses 127.0.0.1 in a multi-node --ips), one rank each: the same files, bit for bit."""
+    ips, port = ["127.0.0.2", "127.0.0.3"], free_port("127.0.0.2")
+    nodes = [subprocess.Popen([sys.executable, "-m", "paddle.distributed.launch", "--ips", ",".join(ips), "--host", host,
+                               "--start_port", str(port), "--nproc_per_node", "1", "--log_dir", str(tmp_path / f"log{n}"),
+                               str(ROOT / "tests" / "distributed" / "sharded_job.py"), str(tmp_path), "dense-adam",
+                               "hash-adam"], cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+             for n, host in enumerate(ips)]
+    for n, node in enumerate(nodes):
+        assert node.wait(timeout=600) == 0, logs_of(tmp_path / f"log{n}")
+    for case in ("dense-adam", "hash-adam"):
+        one, two = (read_manifest(root / case / "world2" / MANIFEST) for root in (jobs, tmp_path))
+        assert one["table_owners"] == two["table_owners"]
+        for a, b in zip(one["files"], two["files"]):
+            left = paddle.load(str(jobs / case / "world2" / "checkpoints" / a))["model"]
+            right = paddle.load(str(tmp_path / case / "world2" / "checkpoints" / b))["model"]
+            assert left.keys() == right.keys()
+            for key in left:
+                assert np.array_equal(left[key].numpy(), right[key].numpy()), (case, key)
 
 
 def test_each_rank_holds_its_share_of_every_table(jobs):

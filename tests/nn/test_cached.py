@@ -272,17 +272,19 @@ def test_uncached_model_exports_and_predicts_what_the_cache_served(tmp_path):
     np.testing.assert_allclose(Predictor(prefix, device="cpu").run([ids]), expected, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("host", ["memory", "mmap"])
-def test_packed_host_rows_train_by_a_table_rule_and_resume_exactly(tmp_path, host):
+@pytest.mark.parametrize("host, policy", [("memory", "lru"), ("mmap", "lru"), ("memory", "lfu")])
+def test_packed_host_rows_train_by_a_table_rule_and_resume_exactly(tmp_path, host, policy):
     """int8 host rows: the cache holds them decoded, a row going back is re-encoded stochastically, a flush
-    empties the cache into the host, and the state (codes, row parameters, the rule's state) resumes a run
-    exactly; SGD trains such a table too."""
+    empties the cache into the host, and the state (codes, row parameters, the rule's state, the lfu
+    policy's counts, which decide when a row goes back and is rounded) resumes a run exactly; SGD trains
+    such a table too."""
     from paddle_edo.nn import RowTrainer
     from paddle_edo.optim import TableOptimizer
 
     def layer(folder):
         paddle.seed(4)
-        return CachedEmbedding(N, D, cache_rows=24, host_format="int8", host=host, path=folder, prefetch=False)
+        return CachedEmbedding(N, D, cache_rows=24, host_format="int8", host=host, path=folder, prefetch=False,
+                               policy=policy)
 
     def train(table, trainer, batches, first):
         for step, ids in enumerate(batches, first):
@@ -298,21 +300,32 @@ def test_packed_host_rows_train_by_a_table_rule_and_resume_exactly(tmp_path, hos
     trainer = RowTrainer(optimizer, {"t": whole})
     train(whole, trainer, batches[:3], 0)
     saved, rule_state = {k: v.numpy().copy() for k, v in whole.state_dict().items()}, trainer.state_dict()
-    assert sorted(saved) == ["int8_codes", "int8_row_params"] and saved["int8_codes"].dtype == np.int8
+    assert sorted(saved) == ["int8_codes", "int8_row_params", *(["lfu_counts"] if policy == "lfu" else [])]
+    assert saved["int8_codes"].dtype == np.int8
     assert whole.slots.used == 0  # flushed: every row on the host, as a resumed run finds them
     assert whole.stats.as_dict()["bypass_rows"] > 0 and whole.stats.as_dict()["evictions"] > 0
     train(whole, trainer, batches[3:], 3)
-    resumed = layer(tmp_path / "resumed" if host == "mmap" else None)
-    resumed.set_state_dict({k: paddle.to_tensor(v) for k, v in saved.items()})
-    resumed_trainer = RowTrainer(optimizer, {"t": resumed})
-    resumed_trainer.load(rule_state, "test")
-    train(resumed, resumed_trainer, batches[3:], 3)
-    final_states = []
-    for table in (whole, resumed):
+    def resume(state):
+        table = layer(tmp_path / f"resumed{len(state)}" if host == "mmap" else None)
+        table.set_state_dict({k: paddle.to_tensor(v) for k, v in state.items()})
+        resumed_trainer = RowTrainer(optimizer, {"t": table})
+        resumed_trainer.load(rule_state, "test")
+        train(table, resumed_trainer, batches[3:], 3)
         paddle.seed(7)  # the keys of the last write-backs
-        final_states.append({k: v.numpy() for k, v in table.state_dict().items()})
-    for key, value in final_states[0].items():
-        np.testing.assert_array_equal(final_states[1][key], value, err_msg=key)
+        return {k: v.numpy() for k, v in table.state_dict().items()}
+
+    paddle.seed(7)
+    expected = {k: v.numpy() for k, v in whole.state_dict().items()}
+    for key, value in resume(saved).items():
+        np.testing.assert_array_equal(value, expected[key], err_msg=key)
+    if policy == "lfu":  # the counts decide which rows the cache keeps, and so when a row goes back and rounds
+        counts = saved["lfu_counts"]
+        assert counts.dtype == np.int32 and counts.sum() > 0  # (uses of the rows the cache took in)
+        again = layer(None)
+        again.set_state_dict({k: paddle.to_tensor(v) for k, v in saved.items()})
+        np.testing.assert_array_equal(again.slots.policy.counts, counts)
+        with pytest.raises(ValueError, match="'lfu_counts', the counts of the lfu policy; this table evicts by 'lru'"):
+            CachedEmbedding(N, D, cache_rows=24, host_format="int8").set_state_dict(saved)
     final = whole.host.column("weight")
     assert np.abs(final - start).max() > 0.01  # the rows moved, past int8's rounding
     sgd = CachedEmbedding(N, D, cache_rows=24, host_format="int8", prefetch=False)
