@@ -34,6 +34,7 @@ from .nn.shards import row_shares
 from .distributed.sharded import GradientSum, choose_exchange, shard_collections, sharded_parameters
 from .distributed.sharded.batches import RankSlices, gather_slices, rank_slice
 from .distributed.sharded.checkpoint import is_sharded_checkpoint, load_sharded, save_sharded, table_owners
+from .keyed_random import step_randomness
 from .progress import ProgressBar
 from .schema import ConfigError
 from .text import fit_composer, load_composed_chars, load_pretrained, read_word2vec
@@ -179,6 +180,10 @@ class Engine:
 
     # ----------------------------------------------------------------- state
     def state(self) -> dict[str, Any]:
+        with step_randomness(f"checkpoint {self.global_step}"):  # packed host rows round as they are flushed
+            return self._state()
+
+    def _state(self) -> dict[str, Any]:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "table_optimizer": table_optimizer_state(self.model),
                 "table_rows": self.row_trainer.state_dict() if self.row_trainer else {},
@@ -378,7 +383,12 @@ class Engine:
         # Randomness (dropout, stochastic rounding) is a function of (seed, step), so a resumed run draws
         # what the uninterrupted one drew: Paddle 2.6 cannot save its generator state (paddle.save keeps
         # only the seed of a GeneratorState).
-        paddle.seed((self.config["train"]["seed"] * 1_000_003 + self.global_step) % 2**31)
+        step_key = (self.config["train"]["seed"] * 1_000_003 + self.global_step) % 2**31
+        paddle.seed(step_key)
+        with step_randomness(step_key):  # tables round by their names and the step, whichever rank holds them
+            return self._step(batch, following)
+
+    def _step(self, batch: dict[str, paddle.Tensor], following: dict[str, np.ndarray] | None) -> float:
         exchanged = self.exchange.bytes_sent if self.exchange is not None else 0
         with paddle.amp.auto_cast(enable=self.amp, level=self.amp_level, dtype=self.amp_dtype):
             loss = self.model.create_loss(self.train_model(self.model.inputs(batch)), batch)

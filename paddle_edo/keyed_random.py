@@ -4,6 +4,11 @@ the rank that owns it in a sharded job (where each owner makes only its rows, so
 would differ)."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import zlib
+from typing import Iterator
+
 import numpy as np
 import paddle
 
@@ -30,9 +35,34 @@ def _numpy_keyed_uniform(seed: int, rows: np.ndarray, dim: int) -> np.ndarray:
     return ((x >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / (1 << 24)))
 
 
-def rounding_seed() -> int:
-    """One draw from Paddle's generator (``paddle.seed`` decides it): the key of a step's rounding noise."""
-    return int(paddle.randint(0, 2 ** 31 - 1, [1]).item())
+_STEP: contextvars.ContextVar[tuple[str, dict[str, int]] | None] = contextvars.ContextVar(
+    "paddle_edo_step_randomness", default=None)
+
+
+@contextlib.contextmanager
+def step_randomness(step_key: object) -> Iterator[None]:
+    """Inside, ``rounding_seed(table)`` is a function of ``step_key`` (its text), the table and how many
+    seeds that table took before inside: not of what other tables drew, so that a rank holding some of a
+    model's tables rounds them as one process holding all of them does (training steps and checkpoints run
+    inside)."""
+    token = _STEP.set((str(step_key), {}))
+    try:
+        yield
+    finally:
+        _STEP.reset(token)
+
+
+def rounding_seed(table: str) -> int:
+    """The key of rounding noise for ``table`` (a name the same in every process of a job): inside
+    ``step_randomness``, a hash of the step's key, the table and its count of earlier calls in the step;
+    outside, one draw from Paddle's generator (``paddle.seed`` decides it)."""
+    step = _STEP.get()
+    if step is None:
+        return int(paddle.randint(0, 2 ** 31 - 1, [1]).item())
+    key, calls = step
+    count = calls.get(table, 0)
+    calls[table] = count + 1
+    return zlib.crc32(f"{key}:{table}:{count}".encode()) & 0x7FFFFFFF
 
 
 def rounding_noise(rows: paddle.Tensor, dim: int, seed: int, rows_to_global=None) -> paddle.Tensor:

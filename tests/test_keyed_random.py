@@ -3,7 +3,7 @@ they should be."""
 import numpy as np
 import paddle
 
-from paddle_edo.keyed_random import keyed_normal, keyed_uniform, rounding_noise, rounding_seed
+from paddle_edo.keyed_random import keyed_normal, keyed_uniform, rounding_noise, rounding_seed, step_randomness
 
 
 def test_a_row_draws_the_same_values_alone_or_among_others():
@@ -26,15 +26,31 @@ def test_the_draws_are_uniform_and_normal():
 
 def test_rounding_noise_follows_paddle_seed_and_the_global_rows():
     paddle.seed(1)
-    seed = rounding_seed()
+    seed = rounding_seed("t")
     paddle.seed(1)
-    assert rounding_seed() == seed
+    assert rounding_seed("t") == seed
     first = rounding_noise(paddle.to_tensor([4, 9]), 3, seed).numpy()
     again = rounding_noise(paddle.to_tensor([9]), 3, seed).numpy()
     np.testing.assert_array_equal(again[0], first[1])
     # local rows 2 and 4 of rank 1 of 2 are global rows 5 and 9
     shared = rounding_noise(paddle.to_tensor([2, 4]), 3, seed, lambda rows: rows * 2 + 1).numpy()
     np.testing.assert_array_equal(shared[1], first[1])
+
+
+def test_in_a_step_a_tables_keys_follow_its_name_and_count_not_the_other_tables():
+    """A rank holding tables a and c rounds them as one process holding a, b and c: the keys are a function
+    of the step, the table and its own count, and Paddle's generator is not drawn on."""
+    with step_randomness(5):
+        alone = [rounding_seed("a"), rounding_seed("c"), rounding_seed("a")]
+    paddle.seed(3)
+    expected_draw = paddle.randint(0, 100, [1]).item()
+    paddle.seed(3)
+    with step_randomness(5):
+        among = [rounding_seed("a"), rounding_seed("b"), rounding_seed("c"), rounding_seed("b"), rounding_seed("a")]
+    assert paddle.randint(0, 100, [1]).item() == expected_draw
+    assert alone == [among[0], among[2], among[4]] and len(set(among)) == 5
+    with step_randomness(6):
+        assert rounding_seed("a") != alone[0]  # another step, other keys
 
 
 def test_the_native_draws_are_numpys():

@@ -43,20 +43,22 @@ class HostStore:
 
     With ``records`` the store keeps the rows alone, as uint8 records ``[rows, records.record_bytes]``
     (a quarter of the bytes and a scale as int8 at dim 64): fresh rows are rounded to nearest, written rows
-    stochastically (a new key each write, from Paddle's generator, and each row's place in the whole table),
+    stochastically (a new key each write, ``rounding_seed(rounding_key)``, and each row's place in the whole
+    table),
     and a read decodes. Such a store keeps no optimizer state.
     """
 
     def __init__(self, rows: int, dim: int, kind: str = "memory", path: str | Path | None = None,
                  init_std: float = 0.01, seed: int = 0, zero_row: int | None = None, reopen: bool = True,
                  owner: str = "HostStore", fill: Callable[[int, int], np.ndarray] | None = None,
-                 global_rows: tuple[int, int] = (0, 1), records: Records | None = None) -> None:
+                 global_rows: tuple[int, int] = (0, 1), records: Records | None = None, rounding_key: str = "") -> None:
         if kind not in HOST_KINDS:
             raise EdoValueError(f"{owner}: host = {kind!r}; expected one of {', '.join(map(repr, HOST_KINDS))}")
         if kind == "mmap" and not path:
             raise EdoValueError(f"{owner}: host = 'mmap' needs a path for the table file")
         self.rows, self.dim, self.kind, self.owner = rows, dim, kind, owner
         self.records, self.global_rows = records, global_rows
+        self.rounding_key = rounding_key or owner  # its table's name in keyed_random.rounding_seed
         self.path = Path(path) if path else None
         self.names = ["weight"]
         if self.path is not None and reopen and self.path.exists():
@@ -192,7 +194,7 @@ class HostStore:
         if self.records is not None:
             first, step = self.global_rows
             self.array[ids] = self.records.encode(rows[:, 0], first + step * np.asarray(ids, dtype=np.int64),
-                                                  rounding_seed())
+                                                  rounding_seed(self.rounding_key))
         elif rows.shape[1] == len(self.names):
             self.array[ids] = rows
         else:

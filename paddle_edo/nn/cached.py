@@ -121,7 +121,7 @@ class CachedEmbedding(EmbeddingBase):
         seed = int(paddle.randint(0, 2**31 - 1, [1]).item())  # paddle.seed() decides the initial table
         initializer = weight_attr.initializer if weight_attr is not None else None
         self.host = HostStore(self.num_embeddings, self.embedding_dim, host, path, init_std, seed,
-                              zero_row=self.padding_idx, reopen=reopen, owner=name,
+                              zero_row=self.padding_idx, reopen=reopen, owner=name, rounding_key=self.full_name(),
                               fill=None if initializer is None else _filled_by(initializer),
                               global_rows=share.place if share is not None else (0, 1),
                               records=None if host_format == "float32" else

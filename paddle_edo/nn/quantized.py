@@ -375,7 +375,7 @@ class QuantizedEmbedding(EmbeddingBase):
         """Encode updated rows into the table with stochastic rounding, keyed by each row's place in the whole
         table (a share rounds its rows as the whole table would)."""
         share = getattr(self, "row_share", None)
-        seed = rounding_seed()
+        seed = rounding_seed(self.full_name())
         if kernels_serve(unique, self.codes):
             params = paddle.zeros([1], dtype="float16") if self.row_params is None else self.row_params
             fused_ops().edo_write_rows(self.codes, params, unique, updated, FORMAT_NUMBERS[self.format.name], seed,

@@ -35,6 +35,11 @@ TYPES = {
     "mixed": ["embedding.type=mixed_dim", "embedding.num_blocks=2", "embedding.min_dim=4"],
     "clustered": ["embedding.type=clustered", "embedding.cluster_fraction=0.2", "embedding.keep_fraction=0.1"],
     "dense_whole": ["distributed.placement=table"],   # tables of a row-shardable type placed whole
+    "low_precision_whole": ["embedding.type=quantized", "embedding.storage_format=int8",
+                            "embedding.mode=low_precision", "distributed.placement=table"],
+    "cached_whole": ["embedding.type=cached", "embedding.cache_ratio=0.5", "embedding.min_cache_rows=8",
+                     "embedding.host_format=int8", "train.table_optimizer.name=rowwise_adagrad",
+                     "distributed.placement=table"],  # packed host rows, rounded as they go back
     "hash_replicated": ["embedding.type=hash", "embedding.num_buckets=100", "distributed.placement=row"],
 }
 MANIFEST = Path("checkpoints") / "last.sharded.json"

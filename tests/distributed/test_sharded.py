@@ -31,7 +31,8 @@ from sharded_job import MANIFEST, config_for, run  # noqa: E402
 
 CASES = ["dense-sgd", "dense-adagrad", "dense-adam", "int8_state-adam", "qat-adam", "low_precision-adagrad",
          "low_precision_rule-adam", "cached-adam", "cached_rule-adagrad",
-         "hash-adam", "qr-sgd", "mixed-adam", "clustered-adagrad", "dense_whole-adam"]  # tables placed whole
+         "hash-adam", "qr-sgd", "mixed-adam", "clustered-adagrad", "dense_whole-adam",  # tables placed whole
+         "low_precision_whole-adagrad", "cached_whole-adagrad"]
 # SGD moves by the gradient: 1e-6 of the weights' scale; Adagrad and Adam divide each coordinate by its own
 # gradients' scale, which turns the float summation order of a near-zero gradient into a visible step
 TOLERANCE = {"sgd": 1e-6, "adagrad": 5e-5, "adam": 5e-5}
@@ -89,8 +90,19 @@ def test_two_and_three_ranks_train_the_model_one_process_trains(jobs, case, tmp_
     for world in (2, 3):
         manifest = read_manifest(jobs / case / f"world{world}" / MANIFEST)
         assert manifest["world_size"] == world and len(manifest["files"]) == world
-        assert relative_difference(one_process_state(case, jobs / case / f"world{world}", tmp_path),
-                                   reference) <= tolerance
+        state = one_process_state(case, jobs / case / f"world{world}", tmp_path)
+        # stochastically rounded rows: values apart by float summation order (1e-7) round to another code
+        # with the probability of their difference over a code step, so now and then one code of thousands
+        # moves a step (and its row's scale and offset with it)
+        rounded = [key for key in reference if key.endswith(("_codes", "_row_params"))]
+        for key in rounded:
+            if key.endswith("_codes"):
+                steps = np.abs(state[key].astype(np.int64) - reference[key])
+                assert steps.max() <= 2 and np.count_nonzero(steps) <= max(3, 0.002 * steps.size), key
+            else:
+                assert relative_difference({key: state[key]}, {key: reference[key]}) <= 0.02, key
+        exact = {key: value for key, value in reference.items() if key not in rounded}
+        assert relative_difference({key: state[key] for key in exact}, exact) <= tolerance
 
 
 def test_ranks_train_under_to_static_as_in_dynamic_graph(jobs, tmp_path):

@@ -321,18 +321,37 @@ class _TablePlan:
             parts, [sum(length(h) for h in self.asked[source]) for source in range(world)])]
         answers = []
         for position, t in enumerate(owned):
-            key, dim = self.keys[t], self.dims[t]
+            requests = []
             for source in range(world):
                 n, rows, shape = self.asked[source][position]
                 start = sum(length(h) for h in self.asked[source][:position])
-                flat = received[source][start:start + length(self.asked[source][position])]
-                if n == 0:
-                    answers.append(paddle.zeros([rows, dim], dtype="float32"))
-                    continue
-                ids = paddle.to_tensor(flat[:n].reshape([rows, shape]) if shape > 0 else flat[:n])
-                offsets = paddle.to_tensor(flat[n:]) if shape < 0 else None
-                answers.append(self.collection._table_lookup(key, ids, offsets).reshape([rows, dim]))
+                requests.append((n, rows, shape, received[source][start:start + length(self.asked[source][position])]))
+            answers.extend(self._answers(self.keys[t], self.dims[t], requests))
         return answers
+
+    def _answers(self, key: str, dim: int, requests: list[tuple[int, int, int, np.ndarray]]) -> list[paddle.Tensor]:
+        """One table's answers ``[rows, dim]`` to every rank's request (ids, rows, L, message), in one call of
+        the table's layer on all of them joined, as one process makes it (a layer may keep a step's lookup,
+        as a low-precision table keeps its rows' gradients); per rank when their bags' lengths differ."""
+        shapes = {shape for n, rows, shape, _ in requests if n}
+        if len(shapes) > 1:
+            return [answer for request in requests for answer in self._answers(key, dim, [request])]
+        if not shapes:
+            return [paddle.zeros([rows, dim], dtype="float32") for _, rows, _, _ in requests]
+        shape = shapes.pop()
+        ids = np.concatenate([message[:n] for n, _, _, message in requests])
+        offsets = None
+        if shape < 0:  # each rank's bag starts, moved past the ids of the ranks before it
+            offsets = np.concatenate([message[n:] + total_before for (n, _, _, message), total_before in
+                                      zip(requests, np.cumsum([0] + [n for n, _, _, _ in requests[:-1]]))])
+        rows = [r for _, r, _, _ in requests]
+        ids = ids.reshape([sum(rows), shape]) if shape > 0 else ids
+        looked_up = self.collection._table_lookup(key, paddle.to_tensor(ids),
+                                                  None if offsets is None else paddle.to_tensor(offsets))
+        looked_up = looked_up.reshape([sum(rows), dim])
+        bounds = np.concatenate([[0], np.cumsum(rows)]).tolist()
+        return [looked_up[bounds[i]:bounds[i + 1]] if rows[i] else paddle.zeros([0, dim], dtype="float32")
+                for i in range(len(requests))]
 
     def send_values(self, owned: list[paddle.Tensor]) -> paddle.Tensor:
         """Send each asking rank its answers; returns this rank's answers of every table, flat, in table
