@@ -49,6 +49,18 @@ def _first_cpu(path: str = "/proc/cpuinfo") -> str:
     return "".join(lines)
 
 
+def processor_name() -> str:
+    """The CPU's model name and widest vector ISA, as /proc/cpuinfo gives them ("unknown" without it)."""
+    cpu = _first_cpu()
+    if not cpu:
+        return "unknown"
+    model = re.search(r"^model name\s*:\s*(.*)$", cpu, re.MULTILINE)
+    flags = re.search(r"^flags\s*:(.*)$", cpu, re.MULTILINE)
+    flag_set = set(flags.group(1).split()) if flags else set()
+    widest = "AVX-512" if "avx512f" in flag_set else "AVX2 only" if "avx2" in flag_set else "no AVX2"
+    return f"{model.group(1).strip() if model else '?'}, {widest}"
+
+
 def use_mkl_avx2_on_amd() -> str | None:
     """Point MKL at its AVX2 code on an AMD CPU with AVX2 (MKL_DEBUG_CPU_TYPE=5), unless the variable is set
     (any value keeps MKL's own choice). MKL reads it at its first call, so this runs when the module is

@@ -7,6 +7,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("GLOG_minloglevel", "2")
+# the kernels serve wherever they can, untimed: the tests compare them with the composite ops, bit for bit
+# (tests/kernels/test_calibration.py times them as users' processes do)
+os.environ.setdefault("PADDLE_EDO_KERNEL_PATHS", "fused")
 
 
 def small_synthetic_config(output_dir, **train):

@@ -45,7 +45,7 @@ from paddle_edo.data import zipf_ids  # noqa: E402
 from paddle_edo.engine import Engine  # noqa: E402
 from paddle_edo.nn import QuantizedEmbedding  # noqa: E402
 from paddle_edo.quant import FORMATS  # noqa: E402
-from paddle_edo.runtime import gpu_available, select_device, set_num_threads  # noqa: E402
+from paddle_edo.runtime import gpu_available, processor_name, select_device, set_num_threads  # noqa: E402
 from tools.bench_lookups import inference_lookup_times  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -468,12 +468,16 @@ def run_lookups(args: argparse.Namespace, out: Path) -> int:
     """Per-id and pooled lookups of every format, bags and their training steps."""
     from tools import bench_lookups
 
+    from paddle_edo.kernels.calibration import served
+
     results, training, bandwidth = bench_lookups.main_lookups(args.rows, args.repeats, args.threads, args.peers)
     for result in results:
         result["settings"].update(threads=args.threads, malloc=MALLOC)
+    paths = served()
     (out / "lookups.json").write_text(json.dumps({"copy_gb_per_s": bandwidth, "results": results,
-                                                  "quantized_training_steps": training}, indent=2))
-    table = bench_lookups.markdown(results, training, bandwidth)
+                                                  "quantized_training_steps": training, "kernel_paths": paths},
+                                                 indent=2))
+    table = bench_lookups.markdown(results, training, bandwidth, paths)
     table = write_report(out / "lookups.md", table, args.threads)
     print(table)
     return 0
@@ -518,16 +522,6 @@ def write_report(path: Path, table: str, threads: int) -> str:
     returns the table (main printed the machine line already)."""
     path.write_text(f"{machine_line(threads)}\n\n{table}\n")
     return table
-
-
-def processor_name() -> str:
-    """The CPU's model name and widest vector ISA, as /proc/cpuinfo gives them."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown"
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
-    return f"{model}, {'AVX-512' if ' avx512f' in info else 'AVX2 only' if ' avx2' in info else 'no AVX2'}"
 
 
 def run_to_static(args: argparse.Namespace, out: Path) -> int:

@@ -256,7 +256,7 @@ def quantized_training_steps(rows: int, dim: int, batch: int, fields: int, repea
                                 for name, value in ms.items()}}
 
 
-def markdown(results: list[dict], training: dict, bandwidth: float) -> str:
+def markdown(results: list[dict], training: dict, bandwidth: float, paths: dict[str, dict]) -> str:
     lines = [f"Copy bandwidth of this machine (numpy, 256 MiB, read + write): {bandwidth:.1f} GB/s", "",
              f"Training steps of quantized tables ({results[0]['settings']['rows']:,} x 64, 4096 x 26 Zipf(1.05) "
              f"ids; speed = paddle.nn.Embedding's time with the same optimizer / the table's):", "",
@@ -285,6 +285,15 @@ def markdown(results: list[dict], training: dict, bandwidth: float) -> str:
                       f"{t['EmbeddingBag step']:.2f} ms, lookup then sum {t['lookup then sum step']:.2f} ms "
                       f"({t['speed_vs_lookup_then_sum']:.2f}x); forward {t['EmbeddingBag forward']:.2f} ms, "
                       f"backward {t['backward_vs_forward']:.2f}x the forward pass, the rest lazy Adam", ""]
+    lines += ["### Which path served each class of lookup", "",
+              "Each class was timed once on this machine, the native kernel against Paddle's composite ops "
+              "(kernels/calibration.py); the faster served every call after.", "",
+              "| class | served by | kernel ms | composite ms |", "|---|---|---|---|"]
+    for key, entry in paths.items():
+        by = ", ".join(f"{'kernel' if path == 'fused' else 'composite ops'} ({calls} calls)"
+                       for path, calls in entry["calls"].items())
+        lines.append(f"| {key} | {by} | {entry.get('fused_ms', float('nan')):.3f} | "
+                     f"{entry.get('composite_ms', float('nan')):.3f} |")
     return "\n".join(lines)
 
 

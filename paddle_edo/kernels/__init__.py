@@ -75,6 +75,13 @@ def fused_ops() -> ModuleType | None:
     return None if built is None else built[0]
 
 
+def library_path() -> Path | None:
+    """The built extension's library (its folder keeps what belongs to this build), or None without one."""
+    fused_ops()
+    built = _loaded[NAME]
+    return None if built is None else built[1]
+
+
 def c_function(name: str):
     """One of the plain C functions (the keys of _C_FUNCTIONS) as a ctypes function, or None when the
     extension cannot be had."""

@@ -1,4 +1,32 @@
-"""python -m paddle_edo.kernels: build the native kernels now (the Makefile does, at setup)."""
-from . import fused_ops
+"""python -m paddle_edo.kernels: build the native kernels now (the Makefile does, at setup), and list which
+path serves each class of lookup this machine has timed (``--recalibrate``: forget them, to time again)."""
+from __future__ import annotations
 
-print(f"native kernels: {'ready' if fused_ops() is not None else 'unavailable (composite ops and numpy serve)'}")
+import argparse
+
+from . import fused_ops, kernel_isa
+from .calibration import forget, machine, records, records_file
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m paddle_edo.kernels", description=__doc__)
+    parser.add_argument("--recalibrate", action="store_true",
+                        help="forget this machine's timings: each class of lookup is timed again at its next call")
+    args = parser.parse_args(argv)
+    if fused_ops() is None:
+        print("native kernels: unavailable (composite ops and numpy serve)")
+        return 0
+    print(f"native kernels: ready ({kernel_isa()} path); {machine()}")
+    if args.recalibrate:
+        print(f"forgot {forget()} timed classes of lookup ({records_file()})")
+        return 0
+    timed = records()
+    print(f"{len(timed)} timed classes of lookup ({records_file()}){':' if timed else ''}")
+    for key, record in sorted(timed.items()):
+        print(f"  {key}: {record['path']} (kernel {record['fused_ms']:.3f} ms, composite ops "
+              f"{record['composite_ms']:.3f} ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

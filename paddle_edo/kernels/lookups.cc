@@ -29,6 +29,7 @@ void CheckIds(const paddle::Tensor& ids) {
 // Rows are read at random: ask for the row of a lookup this many lookups ahead, so that memory latency
 // overlaps the work on the rows at hand.
 constexpr int64_t kPrefetchDistance = 8;
+constexpr int64_t kCopyPrefetchDistance = 16;  // a plain copy gets through rows faster (prefetch.h)
 // Below this many lookups, threads cost more than they save.
 constexpr int64_t kParallelLookups = 4096;
 
@@ -39,6 +40,32 @@ paddle::Tensor Output(const paddle::Tensor& ids, int64_t width) {
 }
 
 }  // namespace
+
+// ids [...] -> rows [..., dim] of an fp32 table [rows, dim]; the padding id's row zeros. Every id is checked
+// before any row is read.
+std::vector<paddle::Tensor> DenseLookup(const paddle::Tensor& ids, const paddle::Tensor& table, bool has_padding,
+                                        int64_t padding_idx) {
+  CheckIds(ids);
+  const float* t = TableData(table, "table");
+  const int64_t rows = table.shape()[0], width = table.shape()[1], n = ids.numel();
+  const int64_t* id = ids.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    PD_CHECK(id[i] >= 0 && id[i] < rows, "id ", id[i], " is outside [0, ", rows, ")");
+  }
+  paddle::Tensor out = Output(ids, width);
+  float* o = out.data<float>();
+  const int64_t bytes = sizeof(float) * width;
+#pragma omp parallel for if (n > kParallelLookups)
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kCopyPrefetchDistance < n) PrefetchToL1(t + id[i + kCopyPrefetchDistance] * width, bytes);
+    if (has_padding && id[i] == padding_idx) {
+      std::memset(o + i * width, 0, bytes);
+    } else {
+      std::memcpy(o + i * width, t + id[i] * width, bytes);
+    }
+  }
+  return {out};
+}
 
 // id -> (id / m, id % m): rows of the quotient and remainder tables, multiplied (0), added (1) or
 // concatenated (2).
@@ -221,6 +248,11 @@ std::vector<int64_t> WithWidth(std::vector<int64_t> shape, int64_t width) {
   return shape;
 }
 
+std::vector<std::vector<int64_t>> DenseShape(const std::vector<int64_t>& ids, const std::vector<int64_t>& table,
+                                             bool has_padding, int64_t padding_idx) {
+  return {WithWidth(ids, table[1])};
+}
+
 std::vector<std::vector<int64_t>> QRShape(const std::vector<int64_t>& ids, const std::vector<int64_t>& quotient,
                                           const std::vector<int64_t>& remainder, int64_t collisions, int operation,
                                           bool has_padding, int64_t padding_idx) {
@@ -250,6 +282,18 @@ std::vector<paddle::DataType> Float32OutMixed(const paddle::DataType&, const pad
                                               const std::vector<paddle::DataType>&) {
   return {paddle::DataType::FLOAT32};
 }
+
+std::vector<paddle::DataType> Float32Out2(const paddle::DataType&, const paddle::DataType&) {
+  return {paddle::DataType::FLOAT32};
+}
+
+PD_BUILD_OP(edo_dense_lookup)
+    .Inputs({"Ids", "Table"})
+    .Outputs({"Out"})
+    .Attrs({"has_padding: bool", "padding_idx: int64_t"})
+    .SetKernelFn(PD_KERNEL(DenseLookup))
+    .SetInferShapeFn(PD_INFER_SHAPE(DenseShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(Float32Out2));
 
 PD_BUILD_OP(edo_qr_lookup)
     .Inputs({"Ids", "Quotient", "Remainder"})

@@ -19,6 +19,16 @@ inline void Prefetch(const void* row, int64_t bytes) {
   }
 }
 
+// Every cache line of [row, row + bytes) into L1: for a plain copy, where the row's lines are wanted at
+// once. Measured on a 2-core Intel Xeon (AVX-512), fp32 rows of 64 gathered by 4096 x 26 ids from 1e6 and
+// 4e6-row tables: into L1, 16 rows ahead, 1.0-1.3x a copy without prefetches; into L2, 0.7-0.9x.
+inline void PrefetchToL1(const void* row, int64_t bytes) {
+  const uintptr_t start = reinterpret_cast<uintptr_t>(row);
+  for (uintptr_t line = start & ~uintptr_t{63}; line < start + bytes; line += 64) {
+    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
+  }
+}
+
 // The same for a span whose size is known when compiling: a prefetch each 64 bytes, unrolled, and one of
 // its last byte (whose line is the next where the span does not start on a line; a prefetch never faults).
 template <int64_t kBytes>

@@ -18,6 +18,7 @@ import paddle
 from ..compat import dynamic_graph_under_sot
 from ..errors import EdoTypeError, EdoValueError
 from ..kernels import fused_ops, ids_checked_by_kernel, kernels_serve
+from ..kernels.calibration import lookup_class, serve
 from .base import ID_DTYPES, CompositeEmbedding, EmbeddingBase, dtype_name, int64_ids, known_empty
 from .dedup import distinct_rows, unique_ids
 from .dense import DenseEmbedding, given_or_dense_table
@@ -50,11 +51,22 @@ def pooled_lookup(table: EmbeddingBase, ids: paddle.Tensor, offsets: paddle.Tens
     if known_empty(ids):
         bags = list(ids.shape[:-1]) if offsets is None else [offsets.shape[0]]
         return paddle.zeros([*bags, table.embedding_dim], dtype="float32")
-    if _native_kernel_serves(table, ids, per_sample_weights):
+
+    def composite() -> paddle.Tensor:
+        if offsets is None:
+            return _padded(table, ids, per_sample_weights, mode, padding_idx)
+        return _segments(table, ids, offsets, per_sample_weights, mode, padding_idx)
+
+    def native() -> paddle.Tensor:
         return _native(table, ids, offsets, per_sample_weights, mode, padding_idx)
-    if offsets is None:
-        return _padded(table, ids, per_sample_weights, mode, padding_idx)
-    return _segments(table, ids, offsets, per_sample_weights, mode, padding_idx)
+
+    if not _native_kernel_serves(table, ids, per_sample_weights):
+        return composite()
+    if _pools_for_training(table):
+        return native()
+    variant = f"{table.storage_dtype} {mode}{' weighted' if per_sample_weights is not None else ''}" \
+              f"{' by offsets' if offsets is not None else ''}"
+    return serve(lookup_class("bag", variant, table.embedding_dim, table.estimated_bytes(), ids), native, composite)
 
 
 def _check_offsets(ids: paddle.Tensor, offsets: paddle.Tensor, owner: str) -> None:
@@ -93,6 +105,12 @@ def _native_kernel_serves(table: EmbeddingBase, ids: paddle.Tensor, weights: pad
     if table.updates_rows():
         return False
     return kernels_serve(ids, table.codes)
+
+
+def _pools_for_training(table: EmbeddingBase) -> bool:
+    """Whether the native kernel pools an fp32 table's distinct rows for its gradient: then it serves (its
+    training step is the one measured faster), untimed."""
+    return type(table) is DenseEmbedding and paddle.is_grad_enabled() and not table.weight.stop_gradient
 
 
 def _bag_bounds(ids: paddle.Tensor, offsets: paddle.Tensor | None) -> tuple[paddle.Tensor, paddle.Tensor]:

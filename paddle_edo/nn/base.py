@@ -174,11 +174,16 @@ class EmbeddingBase(paddle.nn.Layer):
         """Refuse float ids always, and ids out of [0, num_embeddings) when values are known."""
         self.check_id_dtype(ids)
         if self.range_check and paddle.in_dynamic_mode() and 0 not in ids.shape and not self.kernel_checks_ids(ids):
-            self.check_id_range(*paddle.stack([ids.min(), ids.max()]).tolist())  # one device-to-host copy
+            self.scan_id_range(ids)
+
+    def scan_id_range(self, ids: paddle.Tensor) -> None:
+        """check_id_range of the ids' smallest and largest (one scan, one device-to-host copy)."""
+        self.check_id_range(*paddle.stack([ids.min(), ids.max()]).tolist())
 
     def kernel_checks_ids(self, ids: paddle.Tensor) -> bool:
-        """Whether a native kernel will look these ids up and refuse any outside the table itself, before
-        reading (``kernels.ids_checked_by_kernel`` names the layer): then no scan of the ids beforehand."""
+        """Whether the lookup will refuse ids outside the table itself, before reading (a native kernel,
+        ``kernels.ids_checked_by_kernel`` naming the layer, or the scan of a path that serves instead):
+        then no scan of the ids beforehand."""
         return False
 
     def check_id_dtype(self, ids: paddle.Tensor) -> None:

@@ -6,8 +6,10 @@ import paddle.nn.functional as F
 
 from ..compat import sparse_gradient
 from ..errors import EdoTypeError, EdoValueError
+from ..kernels import can_fuse, fused_ops, ids_checked_by_kernel
+from ..kernels.calibration import LookupClass, lookup_class, serve
 from ..schema import Option
-from .base import EmbeddingBase
+from .base import EmbeddingBase, int64_ids
 from .dedup import deduplicated_lookup, deduplicating, distinct_rows, unique_ids
 from .registry import register_embedding
 from .signature import accepts_old_signature
@@ -19,7 +21,9 @@ class DenseEmbedding(EmbeddingBase):
 
     Training in dynamic graph with sparse gradients, it looks each distinct id of a batch up once
     (``deduplicate``, see ``dedup.py``): the same outputs and updates, and a gradient of distinct rows
-    that the optimizer updates without merging duplicates.
+    that the optimizer updates without merging duplicates. A lookup that needs no gradient, on the CPU in
+    dynamic graph, is served by the native gather or by Paddle's, whichever this processor runs faster
+    (``kernels.calibration``; the same rows).
     """
 
     row_shardable = True
@@ -51,9 +55,36 @@ class DenseEmbedding(EmbeddingBase):
         return self.deduplicate and deduplicating(self.weight, self.sparse)
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
-        if not self.deduplicates():
-            return F.embedding(ids, self.weight, padding_idx=self.padding_idx, sparse=sparse_gradient(self.sparse))
-        return deduplicated_lookup(ids, self.weight, self.padding_idx)
+        if self.deduplicates():
+            return deduplicated_lookup(ids, self.weight, self.padding_idx)
+        if self._gather_may_serve(ids):
+            return serve(self._lookup_class(ids), lambda: self._native_gather(ids), lambda: self._scanned_gather(ids))
+        return self._composite(ids)
+
+    def _composite(self, ids: paddle.Tensor) -> paddle.Tensor:
+        return F.embedding(ids, self.weight, padding_idx=self.padding_idx, sparse=sparse_gradient(self.sparse))
+
+    def _scanned_gather(self, ids: paddle.Tensor) -> paddle.Tensor:
+        """Paddle's gather after a scan of the ids (Paddle's CPU gather lets negative ids through)."""
+        if self.range_check:
+            self.scan_id_range(ids)
+        return self._composite(ids)
+
+    def _native_gather(self, ids: paddle.Tensor) -> paddle.Tensor:
+        """kernels/lookups.cc's gather: it refuses ids outside the table before reading a row."""
+        with ids_checked_by_kernel(self.full_name(), self.num_embeddings):
+            return fused_ops().edo_dense_lookup(int64_ids(ids), self.weight, self.padding_idx is not None,
+                                                -1 if self.padding_idx is None else self.padding_idx)
+
+    def _gather_may_serve(self, ids: paddle.Tensor) -> bool:
+        """A dynamic-graph lookup on the CPU that needs no gradient (exports keep Paddle's gather)."""
+        return paddle.in_dynamic_mode() and can_fuse(ids, self.weight)
+
+    def _lookup_class(self, ids: paddle.Tensor) -> LookupClass:
+        return lookup_class("gather", "float32", self.embedding_dim, self.estimated_bytes(), ids)
+
+    def kernel_checks_ids(self, ids: paddle.Tensor) -> bool:
+        return not self.deduplicates() and self._gather_may_serve(ids)
 
     def lookup_columns(self, ids: paddle.Tensor) -> list[paddle.Tensor]:
         if not self.deduplicates():

@@ -10,6 +10,7 @@ import paddle.nn.functional as F
 from ..compat import sparse_gradient
 from ..errors import EdoRuntimeError, EdoValueError
 from ..kernels import fused_ops, ids_checked_by_kernel, kernels_serve
+from ..kernels.calibration import LookupClass, lookup_class, serve
 from ..keyed_random import keyed_normal, rounding_noise, rounding_seed
 from ..optim.states import TableStates
 from ..quant import codecs
@@ -222,16 +223,33 @@ class QuantizedEmbedding(EmbeddingBase):
         codecs.round_to_float rounds): by the fused CPU kernel where it may serve (the same values, bit for
         bit), else by Paddle's composite ops."""
         if kernels_serve(ids, self.codes):
-            params = self.codes if self.row_params is None else self.row_params  # float formats: unused
-            lookup = getattr(fused_ops(), FUSED_LOOKUPS[dtype])
-            with ids_checked_by_kernel(self.full_name(), self.num_embeddings):
-                rows = lookup(int64_ids(ids), self.codes, params, FORMAT_NUMBERS[self.format.name],
-                              self.embedding_dim, False, 0)
-            return rows
+            return serve(self._decode_class(ids, dtype), lambda: self._native_decode(ids, dtype),
+                         lambda: self._scanned_decode(ids, dtype))
+        return self._composite_decode(ids, dtype)
+
+    def _native_decode(self, ids: paddle.Tensor, dtype: str) -> paddle.Tensor:
+        """kernels/quantized.cc's gather-decode: it refuses ids outside the table before reading a row."""
+        params = self.codes if self.row_params is None else self.row_params  # float formats: unused
+        lookup = getattr(fused_ops(), FUSED_LOOKUPS[dtype])
+        with ids_checked_by_kernel(self.full_name(), self.num_embeddings):
+            return lookup(int64_ids(ids), self.codes, params, FORMAT_NUMBERS[self.format.name], self.embedding_dim,
+                          False, 0)
+
+    def _composite_decode(self, ids: paddle.Tensor, dtype: str) -> paddle.Tensor:
         codes = F.embedding(ids, self.codes)
         params = None if self.row_params is None else F.embedding(ids, self.row_params)
         rows = codecs.decode(codes, params, self.format, self.embedding_dim)
         return rows if dtype == "float32" else codecs.round_to_float(rows, dtype)
+
+    def _scanned_decode(self, ids: paddle.Tensor, dtype: str) -> paddle.Tensor:
+        """The composite decode after a scan of the ids (the kernel it stands in for checks them)."""
+        if self.range_check:
+            self.scan_id_range(ids)
+        return self._composite_decode(ids, dtype)
+
+    def _decode_class(self, ids: paddle.Tensor, dtype: str) -> LookupClass:
+        return lookup_class("decode", f"{self.format.name} -> {dtype}", self.embedding_dim, self.estimated_bytes(),
+                            ids)
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
         if not self.packed:
@@ -264,7 +282,7 @@ class QuantizedEmbedding(EmbeddingBase):
 
     def kernel_checks_ids(self, ids: paddle.Tensor) -> bool:
         """A packed table's lookups outside low_precision training take the gather-decode kernel, which
-        refuses ids outside the table before reading them."""
+        refuses ids outside the table before reading them (or, where Paddle's ops serve faster, a scan)."""
         return self.packed and not self.updates_rows() and kernels_serve(ids, self.codes)
 
     def updates_rows(self) -> bool:

@@ -1,0 +1,188 @@
+"""Which path serves a lookup on this processor, the native kernel or Paddle's composite ops: timed once.
+
+The kernels beat the composite ops on the processors they were tuned on; on another microarchitecture
+(other prefetch queues, caches, memory) a composite op can win. A plain fp32 gather is Paddle's own
+``embedding`` loop against ours: the faster differs by processor, and by batch (a call into a custom
+operator costs more than Paddle's few ids take). So the first call of each class of lookup (kind, format,
+width, and the table's bytes and the batch's ids, each to the nearest power of two) times both paths on its
+own inputs, interleaved: the medians of ``TIMINGS`` rounds, or one round where a path is ``CLEAR_MARGIN``
+times slower. The faster serves from then on. The records are kept beside the built extension
+(``kernel_paths.json``), per processor, kernel instruction set and thread count, so later processes take
+the recorded path at once; ``python -m paddle_edo.kernels`` lists them (``--recalibrate`` forgets them).
+
+Only dynamic-graph calls are timed. A static program traced inside ``fused_static_programs`` takes the
+kernels, as it asks. ``PADDLE_EDO_KERNEL_PATHS=fused`` skips the timing and lets the kernels serve wherever
+they can (the test suite's setting: its tests compare each kernel with the composite ops, bit for bit).
+Both paths give the same values, so the choice changes speed only.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import math
+import os
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import paddle
+
+from ..benchmark import side_by_side
+from ..errors import EdoValueError
+from ..runtime import processor_name
+from . import c_function, kernel_isa, library_path
+
+logger = logging.getLogger("paddle_edo")
+
+SETTING = "PADDLE_EDO_KERNEL_PATHS"
+SETTINGS = ("calibrate", "fused")  # time both paths once per class; or the kernels wherever they serve
+PATHS = ("fused", "composite")
+RECORDS = "kernel_paths.json"
+TIMINGS = 7        # rounds of both paths, interleaved; the medians decide
+CLEAR_MARGIN = 3  # a path this many times slower in a first round loses without more rounds
+
+T = TypeVar("T")
+_records: dict[str, dict] = {}  # this machine's records once read: class key -> {"path", "fused_ms", "composite_ms"}
+_read = [False]
+_served: Counter = Counter()    # (class key, path) -> calls served in this process
+
+
+@dataclass(frozen=True)
+class LookupClass:
+    """The lookups one timing decides for: ``kind`` ("gather", "decode", "bag"), ``variant`` (format,
+    output dtype, pooling), the rows' width, and the table's bytes and the call's ids (each counted to the
+    nearest power of two; ``ids`` None: a static program, never timed)."""
+
+    kind: str
+    variant: str
+    dim: int
+    table_bytes: int
+    ids: int | None
+
+    @property
+    def key(self) -> str:
+        calls = "in static programs" if self.ids is None else f"~2^{_octave(self.ids)} ids"
+        return f"{self.kind} {self.variant}, dim {self.dim}, table ~2^{_octave(self.table_bytes)} bytes, {calls}"
+
+
+@paddle.jit.not_to_static
+def lookup_class(kind: str, variant: str, dim: int, table_bytes: int, ids: paddle.Tensor) -> LookupClass:
+    """The class of a call with these ids."""
+    return LookupClass(kind, variant, int(dim), int(table_bytes), int(ids.size) if paddle.in_dynamic_mode() else None)
+
+
+def _octave(count: int) -> int:
+    return round(math.log2(max(int(count), 1)))
+
+
+def setting() -> str:
+    """PADDLE_EDO_KERNEL_PATHS (default "calibrate"); EdoValueError for another value."""
+    value = os.environ.get(SETTING, "calibrate")
+    if value not in SETTINGS:
+        raise EdoValueError(f"{SETTING}={value!r}: expected one of {', '.join(SETTINGS)}")
+    return value
+
+
+def machine() -> str:
+    """What a record holds for: the processor, the kernels' instruction set and their threads."""
+    threads = c_function("edo_openmp_threads")
+    return f"{processor_name()}; {kernel_isa()} kernels; {threads() if threads else 1} threads"
+
+
+def records_file() -> Path | None:
+    """kernel_paths.json beside the built extension (None without one)."""
+    library = library_path()
+    return None if library is None else library.parent / RECORDS
+
+
+def _read_all(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):  # none yet, or a file cut short: timed again
+        return {}
+
+
+def records() -> dict[str, dict]:
+    """This machine's records: class key -> {"path", "fused_ms", "composite_ms"}."""
+    if not _read[0]:
+        path = records_file()
+        _records.update(_read_all(path).get(machine(), {}) if path is not None else {})
+        _read[0] = True
+    return _records
+
+
+@paddle.jit.not_to_static
+def _chosen_path(lookup: LookupClass) -> str | None:
+    """The path that serves this class now: "fused" or "composite", None while it is untimed."""
+    if setting() == "fused" or not paddle.in_dynamic_mode():
+        return "fused"
+    record = records().get(lookup.key)
+    return None if record is None else record["path"]
+
+
+@paddle.jit.not_to_static
+def serve(lookup: LookupClass, fused: Callable[[], T], composite: Callable[[], T]) -> T:
+    """The lookup by its class's faster path (``fused``: the kernel; ``composite``: Paddle's ops, with the
+    checks of the ids that the kernel makes), timing both first if the class is untimed: the kernel's
+    result is returned then (an id it refuses is refused before any timing)."""
+    path = _chosen_path(lookup)
+    if path is None:
+        result = fused()
+        composite()
+        candidates = {"fused": fused, "composite": composite}
+        ms = side_by_side(candidates, repeats=1, warmup=0)
+        if max(ms.values()) < CLEAR_MARGIN * min(ms.values()):  # else one round tells (a slow path costs seconds)
+            ms = side_by_side(candidates, repeats=TIMINGS, warmup=0)
+        path = "fused" if ms["fused"] <= ms["composite"] else "composite"
+        _record(lookup, {"path": path, "fused_ms": round(ms["fused"], 4), "composite_ms": round(ms["composite"], 4)})
+    else:
+        result = fused() if path == "fused" else composite()
+    _served[lookup.key, path] += 1
+    return result
+
+
+def _record(lookup: LookupClass, record: dict) -> None:
+    """Keep a timing in this process and on disk."""
+    records()[lookup.key] = record
+    logger.info("paddle_edo: %s: the %s path serves (kernel %.3f ms, composite ops %.3f ms)", lookup.key,
+                record["path"], record["fused_ms"], record["composite_ms"])
+    try:
+        _rewrite(lambda mine: mine.__setitem__(lookup.key, record))
+    except OSError as error:  # a read-only cache: the timing holds for this process
+        logger.warning("paddle_edo: the kernel paths could not be written beside the extension (%s)", error)
+
+
+def _rewrite(change: Callable[[dict], None]) -> None:
+    """Apply ``change`` to this machine's records on disk: under a lock, merged with what other processes
+    wrote, replaced atomically."""
+    path = records_file()
+    if path is None:
+        return
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        everything = _read_all(path)
+        change(everything.setdefault(machine(), {}))
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as file:
+            json.dump(everything, file, indent=1, sort_keys=True)
+        os.replace(file.name, path)
+
+
+def served() -> dict[str, dict]:
+    """What served in this process: class key -> {"calls": {path: calls}, and "fused_ms" and "composite_ms"
+    where this machine timed the class}."""
+    out: dict[str, dict] = {}
+    for (key, path), calls in sorted(_served.items()):
+        timing = {name: value for name, value in records().get(key, {}).items() if name != "path"}
+        out.setdefault(key, {"calls": {}, **timing})["calls"][path] = calls
+    return out
+
+
+def forget() -> int:
+    """Drop this machine's records, on disk and in this process; how many this process knew."""
+    count = len(records())
+    _records.clear()
+    _rewrite(dict.clear)
+    return count
