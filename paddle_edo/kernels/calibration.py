@@ -147,7 +147,7 @@ def serve(lookup: LookupClass, fused: Callable[[], T], composite: Callable[[], T
 def _record(lookup: LookupClass, record: dict) -> None:
     """Keep a timing in this process and on disk."""
     records()[lookup.key] = record
-    logger.info("paddle_edo: %s: the %s path serves (kernel %.3f ms, composite ops %.3f ms)", lookup.key,
+    logger.debug("paddle_edo: %s: the %s path serves (kernel %.3f ms, composite ops %.3f ms)", lookup.key,
                 record["path"], record["fused_ms"], record["composite_ms"])
     try:
         _rewrite(lambda mine: mine.__setitem__(lookup.key, record))
