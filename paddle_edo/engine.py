@@ -79,7 +79,9 @@ class Engine:
             if self.sharded and self.world_size > 1:
                 self.exchange = choose_exchange(config["distributed"]["exchange"], self.rank, self.world_size,
                                                 self.device)
-                shard_collections(self.model, self.exchange)
+                for collection in shard_collections(self.model, self.exchange).values():
+                    # monitors read the shares' own gradients: then the shares keep their autograd lookups
+                    collection.train_owned_rows = not config["monitor"]["enable"]
             # fp32 tables train outside Paddle's optimizer: a collection's in its backward pass, the others
             # (composites' parts, tables of unfused runs) from their sparse gradients after it
             self.table_optimizer = fused_table_optimizer(config, 1 if self.sharded else self.world_size, self.device)

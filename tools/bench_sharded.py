@@ -207,24 +207,18 @@ def _placement_probe(out: Path, rows: int, dim: int, batch: int, repeats: int) -
     import paddle
     import paddle.distributed as dist
 
-    from paddle_edo.distributed.sharded import ShardedCollection
     from paddle_edo.distributed.sharded.exchange import PairwiseExchange
-    from paddle_edo.nn import build_embedding
-    from paddle_edo.nn.shards import row_shares
 
     dist.init_parallel_env()
     rank, world = dist.get_rank(), dist.get_world_size()
     exchange = PairwiseExchange(rank, world)
-    rng = np.random.default_rng(rank)
     found = []
     for pooling, length in PLACEMENT_BAGS:
-        shape = [batch // world] if pooling == "none" else [batch // world, length]
-        ids = [paddle.to_tensor(np.minimum(rng.zipf(1.2, shape), rows - 1).astype(np.int64)) for _ in range(2)]
+        shape = (batch // world,) if pooling == "none" else (batch // world, length)
+        ids = [paddle.to_tensor(zipf_ids(rows, shape, seed=rank * 10 + t)) for t in range(2)]
         row = {"pooling": pooling, "bag_length": length}
         for placement in ("row", "table"):
-            with row_shares(rank, world, 0, placement):
-                tables = {name: build_embedding({"type": "dense", "dim": dim}, rows) for name in ("a", "b")}
-            collection = ShardedCollection(tables, {"a": pooling, "b": pooling}, exchange)
+            collection, _ = _sharded_tables(placement, ["a", "b"], rows, dim, pooling, exchange)
             sent, times = [], []
             for _ in range(repeats):
                 dist.barrier()
@@ -237,6 +231,24 @@ def _placement_probe(out: Path, rows: int, dim: int, batch: int, repeats: int) -
             row[f"{placement}_ms"] = float(np.median(times)) * 1e3
         found.append(row)
     out.with_suffix(f".{rank}.json").write_text(json.dumps(found))
+
+
+def _sharded_tables(placement: str, names: list[str], rows: int, dim: int, pooling: str, exchange):
+    """A ShardedCollection of fp32 tables of ``rows`` x ``dim`` placed by ``placement`` over the exchange's
+    ranks, and the RowTrainer that trains the rows this rank holds with the Adagrad rule, as the engine
+    trains a sharded job's tables (``train.optimizer: adagrad``)."""
+    from paddle_edo.distributed.sharded import ShardedCollection
+    from paddle_edo.nn import build_embedding
+    from paddle_edo.nn.remote_table import RemoteTable
+    from paddle_edo.nn.row_trainer import RowTrainer
+    from paddle_edo.nn.shards import row_shares
+    from paddle_edo.optim import TableOptimizer
+
+    with row_shares(exchange.rank, exchange.world_size, 0, placement):
+        layers = {name: build_embedding({"type": "dense", "dim": dim}, rows) for name in names}
+    collection = ShardedCollection(layers, {name: pooling for name in names}, exchange)
+    held = {name: layer for name, layer in layers.items() if not isinstance(layer, RemoteTable)}
+    return collection, RowTrainer(TableOptimizer("adagrad", 0.01), held)
 
 
 def placement_markdown(rows: list[dict], tables: str) -> str:
@@ -268,7 +280,8 @@ def peer_steps(peers: str, tables: int = 4, rows: int = 500_000, dim: int = 64, 
     """A training step of ``tables`` tables of ``rows`` x ``dim`` (one Zipf id per example and table, Adagrad)
     on 2 CPU ranks, one thread each: TorchRec's DistributedModelParallel with every table table-wise, then
     row-wise (``peers``: a Python with torchrec, tools/bench_sharded_peers.py), and the package's sharded
-    collection with the tables placed by rows, then whole. Per run, each rank's median step or the error."""
+    collection with the tables placed by rows, then whole, their rows trained by the Adagrad table rule
+    (as the engine trains them). Per run, each rank's median step or the error."""
     found = []
     with tempfile.TemporaryDirectory() as folder:
         sizes = [str(v) for v in (tables, rows, dim, batch, steps)]
@@ -300,20 +313,14 @@ def _step_probe(out: Path, placement: str, tables: int, rows: int, dim: int, bat
     import paddle
     import paddle.distributed as dist
 
-    from paddle_edo.distributed.sharded import ShardedCollection
     from paddle_edo.distributed.sharded.exchange import PairwiseExchange
-    from paddle_edo.nn import build_embedding
-    from paddle_edo.nn.shards import row_shares
     from paddle_edo.runtime import set_num_threads
 
     dist.init_parallel_env()
     set_num_threads(1)
     rank, world = dist.get_rank(), dist.get_world_size()
-    names = [f"t{t}" for t in range(tables)]
-    with row_shares(rank, world, 0, placement):
-        layers = {name: build_embedding({"type": "dense", "dim": dim}, rows) for name in names}
-    collection = ShardedCollection(layers, {name: "none" for name in names}, PairwiseExchange(rank, world))
-    optimizer = paddle.optimizer.Adagrad(0.01, parameters=collection.parameters())
+    collection, trainer = _sharded_tables(placement, [f"t{t}" for t in range(tables)], rows, dim, "none",
+                                          PairwiseExchange(rank, world))
     mine = batch // world
     times = []
     for step in range(WARMUP + steps):
@@ -321,8 +328,8 @@ def _step_probe(out: Path, placement: str, tables: int, rows: int, dim: int, bat
         dist.barrier()
         start = time.perf_counter()
         collection([paddle.to_tensor(column) for column in ids]).sum().backward()
-        optimizer.step()
-        optimizer.clear_grad()
+        trainer.step()
+        trainer.clear_grad()
         if step >= WARMUP:
             times.append(time.perf_counter() - start)
     out.with_suffix(f".{rank}.json").write_text(json.dumps({"step_ms": float(np.median(times)) * 1e3}))

@@ -19,9 +19,10 @@ from paddle_edo.distributed.sharded.checkpoint import read_manifest
 from paddle_edo.distributed.sharded.exchange import LocalExchange, choose_exchange, tournament_rounds
 from paddle_edo.engine import Engine
 from paddle_edo.errors import EdoIndexError, EdoRuntimeError, EdoValueError
-from paddle_edo.nn import EmbeddingCollection, build_embedding
+from paddle_edo.nn import EmbeddingCollection, RowTrainer, build_embedding
 from paddle_edo.nn.remote_table import RemoteTable
 from paddle_edo.nn.shards import RowShare, row_shares
+from paddle_edo.optim import TableOptimizer
 from paddle_edo.schema import ConfigError
 
 from conftest import ROOT
@@ -260,12 +261,13 @@ def test_movielens_auc_with_two_ranks_matches_one_process_and_the_tools_read_its
 
 
 # ------------------------------------------------------------------ one process, no launcher
-def sharded_pair(pooling):
-    """A collection of two tables, and the same tables as shares of one rank (the exchange local)."""
+def sharded_pair(pooling, placement="auto"):
+    """A collection of two tables, and the same tables placed (by ``placement``) on one rank (the exchange
+    local)."""
     paddle.seed(5)
     plain = {"a": build_embedding({"type": "dense", "dim": 4}, 30, padding_idx=0),
              "b": build_embedding({"type": "dense", "dim": 3}, 7, padding_idx=0)}
-    with row_shares(0, 1, 0):
+    with row_shares(0, 1, 0, placement):
         paddle.seed(5)
         shares = {"a": build_embedding({"type": "dense", "dim": 4}, 30, padding_idx=0),
                   "b": build_embedding({"type": "dense", "dim": 3}, 7, padding_idx=0)}
@@ -283,6 +285,34 @@ def test_a_sharded_collection_looks_up_and_pools_as_a_collection_does(mode):
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=0, atol=1e-7)
     got.sum().backward()
     assert sharded["a"].weight.grad is not None
+
+
+@pytest.mark.parametrize("rule,placement", [("sgd", "row"), ("adagrad", "row"), ("adam", "row"),
+                                            ("rowwise_adagrad", "row"), ("adam", "table")])
+def test_shares_trained_from_the_exchanged_gradients_train_as_their_row_trainer_does(rule, placement):
+    # the share's rule applied to the rows it answered, as the gradients come back (the default), against
+    # its autograd lookup's sparse gradient read by RowTrainer.step (what monitored runs keep); a table
+    # placed whole and pooled keeps its autograd lookup
+    trained = {}
+    for here in (True, False):
+        _, sharded = sharded_pair({"a": "none", "b": "sum"}, placement)
+        sharded.train_owned_rows = here
+        trainer = RowTrainer(TableOptimizer(rule, 0.1), {"a": sharded["a"], "b": sharded["b"]})
+        for step in range(3):
+            rng = np.random.default_rng(step)
+            a, b = paddle.to_tensor(rng.integers(0, 30, [16])), paddle.to_tensor(rng.integers(0, 7, [16, 3]))
+            assert [sharded.trains_here(key) for key in ("a", "b")] == [here, here]
+            out = sharded([a, b])
+            (out * paddle.arange(out.size, dtype="float32").reshape(out.shape) / 50).sum().backward()
+            assert (sharded["a"].weight.grad is None) == here  # nothing left for the trainer's step
+            assert (sharded["b"].weight.grad is None) == (here and placement == "row")
+            trainer.step()
+            trainer.clear_grad()
+        trained[here] = ({key: sharded[key].weight.numpy() for key in ("a", "b")}, trainer.state_dict())
+    for key in ("a", "b"):
+        np.testing.assert_array_equal(trained[True][0][key], trained[False][0][key])
+    for name, value in trained[False][1].items():
+        np.testing.assert_array_equal(trained[True][1][name], value)
 
 
 @pytest.mark.parametrize("mode", ["sum", "mean"])
