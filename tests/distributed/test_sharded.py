@@ -261,16 +261,16 @@ def test_movielens_auc_with_two_ranks_matches_one_process_and_the_tools_read_its
 
 
 # ------------------------------------------------------------------ one process, no launcher
-def sharded_pair(pooling, placement="auto"):
+def sharded_pair(pooling, placement="auto", dims=(4, 3)):
     """A collection of two tables, and the same tables placed (by ``placement``) on one rank (the exchange
     local)."""
     paddle.seed(5)
-    plain = {"a": build_embedding({"type": "dense", "dim": 4}, 30, padding_idx=0),
-             "b": build_embedding({"type": "dense", "dim": 3}, 7, padding_idx=0)}
+    plain = {"a": build_embedding({"type": "dense", "dim": dims[0]}, 30, padding_idx=0),
+             "b": build_embedding({"type": "dense", "dim": dims[1]}, 7, padding_idx=0)}
     with row_shares(0, 1, 0, placement):
         paddle.seed(5)
-        shares = {"a": build_embedding({"type": "dense", "dim": 4}, 30, padding_idx=0),
-                  "b": build_embedding({"type": "dense", "dim": 3}, 7, padding_idx=0)}
+        shares = {"a": build_embedding({"type": "dense", "dim": dims[0]}, 30, padding_idx=0),
+                  "b": build_embedding({"type": "dense", "dim": dims[1]}, 7, padding_idx=0)}
     return EmbeddingCollection(plain, pooling), ShardedCollection(shares, pooling, LocalExchange())
 
 
@@ -285,6 +285,21 @@ def test_a_sharded_collection_looks_up_and_pools_as_a_collection_does(mode):
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=0, atol=1e-7)
     got.sum().backward()
     assert sharded["a"].weight.grad is not None
+
+
+@pytest.mark.parametrize("b", [[[1, 0], [0, 0], [2, 5], [6, 6]], [[1, 3], [4, 4], [2, 5], [6, 6]]])
+def test_unpooled_tables_of_one_width_look_up_and_train_as_a_collection_does(b):
+    # one gather serves both tables (with padding ids, and without)
+    plain, sharded = sharded_pair({"a": "none", "b": "none"}, dims=(4, 4))
+    ids = [paddle.to_tensor([3, 0, 29, 3]), paddle.to_tensor(b)]
+    expected, got = plain(ids), sharded(ids)
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    assert got.shape == [4, 12]
+    for collection, out in ((sharded, got), (plain, expected)):
+        (out * paddle.arange(48, dtype="float32").reshape([4, 12])).sum().backward()
+        paddle.optimizer.SGD(1.0, parameters=collection.parameters()).step()
+    for key in ("a", "b"):
+        np.testing.assert_allclose(sharded[key].weight.numpy(), plain[key].weight.numpy(), rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("rule,placement", [("sgd", "row"), ("adagrad", "row"), ("adam", "row"),

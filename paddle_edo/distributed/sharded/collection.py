@@ -256,6 +256,8 @@ class _RowPlan:
 
     def vectors(self, flat: paddle.Tensor) -> dict[str, paddle.Tensor]:
         """Each table's vectors [batch, width] from its distinct rows: gathered, padding zero, bags pooled."""
+        if self._one_gather():
+            return self._gathered(flat)
         parts = _cut(flat[:-1], self.distinct * self.dims)
         tail = flat[-1:]  # zero; in every output, so that every rank's backward reaches the exchange
         out = {}
@@ -289,6 +291,29 @@ class _RowPlan:
                 summed = summed / paddle.to_tensor(np.maximum(kept, 1.0)).reshape([batch, 1])
             out[key] = summed
         return out
+
+
+    def _one_gather(self) -> bool:
+        """Whether one gather gives every table's vectors: tables of one width, not pooled, each with ids."""
+        return (len(set(self.dims)) == 1 and all(self.collection.pooling[key] == "none" for key in self.keys)
+                and all(bags is None and inverse.size for bags, inverse in zip(self.bags, self.inverse)))
+
+    def _gathered(self, flat: paddle.Tensor) -> dict[str, paddle.Tensor]:
+        """``vectors`` of unpooled tables of one width by one gather of the rows of them all, example by
+        example (and its backward one scatter), where a gather a table costs a cut, a join and a scatter
+        each, forward and back. Padding ids read a zero row past the rows."""
+        dim, batch = self.dims[0], self.shapes[0][0] if self.shapes[0] else 1
+        rows = flat[:-1].reshape([-1, dim])
+        total = int(self.distinct.sum())
+        starts = np.concatenate([[0], np.cumsum(self.distinct)[:-1]])
+        index = np.concatenate([np.where(inverse == count, total, inverse + start).reshape([batch, -1])
+                                for inverse, count, start in zip(self.inverse, self.distinct, starts)], axis=1)
+        if not all(valid.all() for valid in self.valid):
+            rows = paddle.concat([rows, paddle.zeros([1, dim], dtype="float32")])
+        out = paddle.gather(rows, paddle.to_tensor(index.reshape(-1))).reshape([batch, -1])
+        widths = [int(np.prod(shape[1:])) * dim for shape in self.shapes]
+        parts = paddle.split(out, widths, axis=1) if len(widths) > 1 else [out]
+        return dict(zip(self.keys, parts))
 
 
 class _TablePlan:
