@@ -39,14 +39,12 @@ logger = logging.getLogger("paddle_edo")
 
 SETTING = "PADDLE_EDO_KERNEL_PATHS"
 SETTINGS = ("calibrate", "fused")  # time both paths once per class; or the kernels wherever they serve
-PATHS = ("fused", "composite")
 RECORDS = "kernel_paths.json"
 TIMINGS = 7        # rounds of both paths, interleaved; the medians decide
 CLEAR_MARGIN = 3  # a path this many times slower in a first round loses without more rounds
 
 T = TypeVar("T")
-_records: dict[str, dict] = {}  # this machine's records once read: class key -> {"path", "fused_ms", "composite_ms"}
-_read = [False]
+_records: dict[str, dict[str, dict]] = {}  # machine -> its records once read (class key -> record)
 _served: Counter = Counter()    # (class key, path) -> calls served in this process
 
 
@@ -106,12 +104,12 @@ def _read_all(path: Path) -> dict:
 
 
 def records() -> dict[str, dict]:
-    """This machine's records: class key -> {"path", "fused_ms", "composite_ms"}."""
-    if not _read[0]:
+    """This machine's records (its thread count included): class key -> {"path", "fused_ms", "composite_ms"}."""
+    here = machine()
+    if here not in _records:
         path = records_file()
-        _records.update(_read_all(path).get(machine(), {}) if path is not None else {})
-        _read[0] = True
-    return _records
+        _records[here] = _read_all(path).get(here, {}) if path is not None else {}
+    return _records[here]
 
 
 @paddle.jit.not_to_static
@@ -183,6 +181,6 @@ def served() -> dict[str, dict]:
 def forget() -> int:
     """Drop this machine's records, on disk and in this process; how many this process knew."""
     count = len(records())
-    _records.clear()
+    records().clear()
     _rewrite(dict.clear)
     return count

@@ -24,7 +24,6 @@ def timings(tmp_path, monkeypatch):
     path = tmp_path / calibration.RECORDS
     monkeypatch.setattr(calibration, "records_file", lambda: path)
     monkeypatch.setattr(calibration, "_records", {})
-    monkeypatch.setattr(calibration, "_read", [False])
     monkeypatch.setattr(calibration, "_served", calibration.Counter())
     timed = []
     real = calibration._record
@@ -40,7 +39,6 @@ def timings(tmp_path, monkeypatch):
 def _forget_in_process(monkeypatch):
     """As a new process finds it: nothing read yet."""
     monkeypatch.setattr(calibration, "_records", {})
-    monkeypatch.setattr(calibration, "_read", [False])
 
 
 def _table(rows=2048, dim=16, **options):
@@ -124,7 +122,6 @@ def _serve_the_other_path(path, key):
     """Record for ``key`` the path that did not serve, as a process that timed otherwise would have."""
     _record(path, key, "composite" if calibration.records()[key]["path"] == "fused" else "fused")
     calibration._records.clear()
-    calibration._read[0] = False
 
 
 @pytest.mark.parametrize("storage", ["int8", "int4", "fp16"])
@@ -181,6 +178,23 @@ def test_another_machines_records_are_not_taken(timings):
     everything = json.loads(path.read_text())
     assert everything["another processor; avx2 kernels; 2 threads"][key]["path"] == "composite"  # kept
     assert key in everything[calibration.machine()]
+
+
+def test_another_thread_count_is_timed_apart(timings):
+    from paddle_edo.runtime import set_num_threads
+
+    _, timed = timings
+    table, ids = _table(), _ids(2048, (256,))
+    threads = calibration.c_function("edo_openmp_threads")()
+    try:
+        for count in (1, 2, 1):
+            set_num_threads(count)
+            with paddle.no_grad():
+                table(ids)
+    finally:
+        set_num_threads(threads)
+    assert len(timed) == 2  # one a thread count, whose records each machine key keeps
+    assert {"1 threads", "2 threads"} == {key.rsplit("; ", 1)[1] for key in calibration._records}
 
 
 def test_a_file_cut_short_is_timed_again_and_rewritten(timings):

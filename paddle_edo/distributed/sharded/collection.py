@@ -15,8 +15,8 @@ In the backward pass the same PyLayer sends each row's summed gradient back to i
 autograd carries it into the share's lookup: no dense gradient and no all-reduce of a table. An fp32 share
 that a RowTrainer trains (the engine's way with a fused rule) skips autograd: its rows are answered as
 plain values and the returning gradients go straight into the trainer's rule, one native pass over the
-answered rows, as FBGEMM's TBE fuses its optimizer into the backward (``train_owned``; measured: a step of 4
-tables over 2 CPU ranks 17-19 -> 14.5-15 ms, TorchRec's table-wise 14.2-15.3 ms in the same run).
+answered rows, as FBGEMM's TBE fuses its optimizer into the backward (``train_owned``; with one gather for
+the vectors of unpooled tables of one width, a 2-rank step of 4 tables 18.5 -> 15.5 ms: docs/benchmarks.md).
 
 A table placed whole on one rank (``table_share``: any type, among them hash, QR, mixed-dimension and
 clustered tables, whose rows are not ids) gets its ids sent to its owner (distinct ones, or bags as they
@@ -292,7 +292,6 @@ class _RowPlan:
             out[key] = summed
         return out
 
-
     def _one_gather(self) -> bool:
         """Whether one gather gives every table's vectors: tables of one width, not pooled, each with ids."""
         return (len(set(self.dims)) == 1 and all(self.collection.pooling[key] == "none" for key in self.keys)
@@ -366,7 +365,7 @@ class _TablePlan:
         it: per owned table, per asking rank (in rank order), its vectors ``[rows asked, dim]``."""
         world, rank = self.exchange.world_size, self.exchange.rank
         owned = self._mine(rank)
-        self.trained_here: dict[int, paddle.Tensor] = {}  # table -> the ids its answers hold, for train_owned
+        self.answered_ids: dict[int, paddle.Tensor] = {}  # table trained here -> the ids its answers hold
         headers = self.exchange.exchange(
             [paddle.to_tensor(np.asarray([v for t in self._mine(d) for v in self.headers[t]], dtype=np.int64))
              for d in range(world)], [self.HEADER * len(owned)] * world)
@@ -410,9 +409,9 @@ class _TablePlan:
         rows = [r for _, r, _, _ in requests]
         ids = ids.reshape([sum(rows), shape]) if shape > 0 else ids
         if self.collection.pooling[key] == "none" and self.collection.trains_here(key):
-            self.trained_here[t] = paddle.to_tensor(ids)
+            self.answered_ids[t] = paddle.to_tensor(ids)
             with paddle.no_grad():
-                looked_up = self.collection._table_lookup(key, self.trained_here[t], None)
+                looked_up = self.collection._table_lookup(key, self.answered_ids[t], None)
         else:
             looked_up = self.collection._table_lookup(key, paddle.to_tensor(ids),
                                                       None if offsets is None else paddle.to_tensor(offsets))
@@ -461,9 +460,9 @@ class _TablePlan:
         (``grads``: per owned table, per asking rank, as ``send_gradients`` gives them)."""
         world = self.exchange.world_size
         for position, t in enumerate(self._mine(self.exchange.rank)):
-            if t in self.trained_here:
+            if t in self.answered_ids:
                 answered = [g for g in grads[position * world:(position + 1) * world] if int(g.shape[0])]
-                _apply_rule(self.collection[self.keys[t]], self.trained_here[t], _cat(answered, self.dims[t]))
+                _apply_rule(self.collection[self.keys[t]], self.answered_ids[t], _cat(answered, self.dims[t]))
 
     def vectors(self, flat: paddle.Tensor) -> dict[str, paddle.Tensor]:
         """Each table's vectors [batch, width]: gathered from the distinct rows' answers, or the bags' pooled
