@@ -49,9 +49,9 @@ def _first_cpu(path: str = "/proc/cpuinfo") -> str:
     return "".join(lines)
 
 
-def processor_name() -> str:
+def processor_name(path: str = "/proc/cpuinfo") -> str:
     """The CPU's model name and widest vector ISA, as /proc/cpuinfo gives them ("unknown" without it)."""
-    cpu = _first_cpu()
+    cpu = _first_cpu(path)
     if not cpu:
         return "unknown"
     model = re.search(r"^model name\s*:\s*(.*)$", cpu, re.MULTILINE)

@@ -9,8 +9,10 @@ from conftest import ROOT
 PACKAGE = ROOT / "paddle_edo"
 LAYERS = [  # lowest first; units on one layer do not import each other
     {"errors"},
-    {"runtime"},   # where computation runs (device, threads, Paddle's OpenMP runtime, MKL's code path): the kernels link its runtime
-    {"compat", "schema", "kernels", "kmeans", "metrics", "callbacks", "progress", "benchmark", "host_memory"},
+    # runtime: where computation runs (device, threads, Paddle's OpenMP runtime, MKL's code path): the kernels link
+    # its runtime; benchmark: side-by-side timing, which the kernels' calibration takes too
+    {"runtime", "benchmark"},
+    {"compat", "schema", "kernels", "kmeans", "metrics", "callbacks", "progress", "host_memory"},
     # optim: the table rules, and their states updated by the kernels; keyed_random: draws the kernels make too
     {"budget", "optim", "keyed_random"},
     {"quant", "cache"},

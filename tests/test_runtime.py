@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from paddle_edo.runtime import MKL_AVX2, MKL_CPU_TYPE, _first_cpu, mkl_cpu_type_for
+from paddle_edo.runtime import MKL_AVX2, MKL_CPU_TYPE, _first_cpu, mkl_cpu_type_for, processor_name
 
 AMD_ZEN = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse sse2 avx avx2 fma avx512f\n"
 AMD_OLD = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse sse2 avx\n"
@@ -23,6 +23,17 @@ def test_the_first_cpus_lines_stop_at_the_blank_line(tmp_path):
     path.write_text(AMD_ZEN + "\n" + INTEL)
     assert _first_cpu(str(path)) == AMD_ZEN
     assert _first_cpu(str(tmp_path / "missing")) == ""
+
+
+@pytest.mark.parametrize("cpuinfo, expected", [
+    ("model name\t: AMD EPYC 7B13\n" + AMD_ZEN, "AMD EPYC 7B13, AVX-512"),
+    ("model name\t: AMD EPYC 7B12\nflags\t\t: fpu avx avx2 fma f16c\n", "AMD EPYC 7B12, AVX2 only"),
+    (AMD_OLD, "?, no AVX2")])
+def test_the_processor_is_named_with_its_widest_vector_isa(tmp_path, cpuinfo, expected):
+    path = tmp_path / "cpuinfo"
+    path.write_text(cpuinfo)
+    assert processor_name(str(path)) == expected
+    assert processor_name(str(tmp_path / "missing")) == "unknown"
 
 
 def _mkl_cpu_type_after_import(preset: str | None) -> str:
