@@ -49,6 +49,7 @@ def _first_cpu(path: str = "/proc/cpuinfo") -> str:
     return "".join(lines)
 
 
+@functools.lru_cache(maxsize=None)  # read once: the kernels' calibration keys every lookup by it
 def processor_name(path: str = "/proc/cpuinfo") -> str:
     """The CPU's model name and widest vector ISA, as /proc/cpuinfo gives them ("unknown" without it)."""
     cpu = _first_cpu(path)

@@ -49,6 +49,8 @@ from paddle_edo.runtime import gpu_available, processor_name, select_device, set
 from tools.bench_lookups import inference_lookup_times  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+_PEERS = ROOT / ".venv-peers" / "bin" / "python"
+PEERS_PYTHON = str(_PEERS) if _PEERS.exists() else None  # the peer columns' Python (make setup-peers), if there
 
 
 def lookup_benchmark(rows: int, dim: int, batch: int, fields: int, alpha: float, repeats: int) -> dict:
@@ -836,8 +838,7 @@ def main(argv: list[str] | None = None) -> int:
     lookups.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 4_000_000])
     lookups.add_argument("--repeats", type=int, default=11)
     lookups.add_argument("--threads", type=int, default=2)
-    lookups.add_argument("--peers", default=str(ROOT / ".venv-peers" / "bin" / "python") if (
-        ROOT / ".venv-peers" / "bin" / "python").exists() else None,
+    lookups.add_argument("--peers", default=PEERS_PYTHON,
                          help="a Python with torch and fbgemm-gpu-cpu for the peer columns (`make setup-peers`: "
                               ".venv-peers, taken when there); none: no peers")
     lookups.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
@@ -885,8 +886,7 @@ def main(argv: list[str] | None = None) -> int:
     sharded.add_argument("--only", nargs="+", choices=("placement", "peers"),
                          help="these parts alone: placement (pooled bags' bytes and steps, tables by rows against "
                               "whole), peers (a training step against TorchRec's sharded tables on CPU ranks)")
-    sharded.add_argument("--peers", default=str(ROOT / ".venv-peers" / "bin" / "python") if (
-        ROOT / ".venv-peers" / "bin" / "python").exists() else None,
+    sharded.add_argument("--peers", default=PEERS_PYTHON,
                          help="a Python with torch, fbgemm-gpu-cpu and torchrec for the peer rows (`make setup-peers`)")
     sharded.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     redis = sub.add_parser("redis", help="tables in Redis: export rows/s, bytes per row, lookup latency, the service")
@@ -932,8 +932,7 @@ def main(argv: list[str] | None = None) -> int:
     collection.add_argument("--threads", type=int, default=2)
     collection.add_argument("--engine-rows", type=int, default=1_000_000,
                             help="criteo-synthetic rows the engine trains on, fp32 and the 1 MiB plan (0: skip)")
-    collection.add_argument("--peers", default=str(ROOT / ".venv-peers" / "bin" / "python") if (
-        ROOT / ".venv-peers" / "bin" / "python").exists() else None,
+    collection.add_argument("--peers", default=PEERS_PYTHON,
                             help="a Python with torch and fbgemm-gpu-cpu for the peer rows (`make setup-peers`)")
     collection.add_argument("--out", default=str(ROOT / "docs" / "benchmarks"))
     versions = sub.add_parser("versions", help="two runs of `lookups` (e.g. one per Paddle) side by side")

@@ -271,7 +271,9 @@ WARMUP = 3  # untimed steps before the timed ones
 
 
 def zipf_ids(rows: int, shape: tuple[int, ...], seed: int) -> np.ndarray:
-    """Zipf(1.2) ids below ``rows``, drawn from ``seed`` (both sides of the peer run draw the same)."""
+    """Zipf(1.2) ids below ``rows`` (numpy's draws, the tail clipped onto the last row), drawn from ``seed``:
+    both sides of the peer run draw the same, the peers' Python with numpy alone (no Paddle, so not
+    ``paddle_edo.data.zipf_ids``, whose finite-support Zipf is another distribution)."""
     return np.minimum(np.random.default_rng(seed).zipf(1.2, shape), rows - 1).astype(np.int64)
 
 

@@ -69,7 +69,8 @@ class LookupClass:
 @paddle.jit.not_to_static
 def lookup_class(kind: str, variant: str, dim: int, table_bytes: int, ids: paddle.Tensor) -> LookupClass:
     """The class of a call with these ids."""
-    return LookupClass(kind, variant, int(dim), int(table_bytes), int(ids.size) if paddle.in_dynamic_mode() else None)
+    count = math.prod(ids.shape) if paddle.in_dynamic_mode() else None  # (Tensor.size goes through numpy)
+    return LookupClass(kind, variant, int(dim), int(table_bytes), count)
 
 
 def _octave(count: int) -> int:
@@ -112,12 +113,11 @@ def records() -> dict[str, dict]:
     return _records[here]
 
 
-@paddle.jit.not_to_static
-def _chosen_path(lookup: LookupClass) -> str | None:
-    """The path that serves this class now: "fused" or "composite", None while it is untimed."""
+def _chosen_path(key: str) -> str | None:
+    """The path that serves the class ``key`` now: "fused" or "composite", None while it is untimed."""
     if setting() == "fused" or not paddle.in_dynamic_mode():
         return "fused"
-    record = records().get(lookup.key)
+    record = records().get(key)
     return None if record is None else record["path"]
 
 
@@ -126,7 +126,8 @@ def serve(lookup: LookupClass, fused: Callable[[], T], composite: Callable[[], T
     """The lookup by its class's faster path (``fused``: the kernel; ``composite``: Paddle's ops, with the
     checks of the ids that the kernel makes), timing both first if the class is untimed: the kernel's
     result is returned then (an id it refuses is refused before any timing)."""
-    path = _chosen_path(lookup)
+    key = lookup.key
+    path = _chosen_path(key)
     if path is None:
         result = fused()
         composite()
@@ -135,20 +136,20 @@ def serve(lookup: LookupClass, fused: Callable[[], T], composite: Callable[[], T
         if max(ms.values()) < CLEAR_MARGIN * min(ms.values()):  # else one round tells (a slow path costs seconds)
             ms = side_by_side(candidates, repeats=TIMINGS, warmup=0)
         path = "fused" if ms["fused"] <= ms["composite"] else "composite"
-        _record(lookup, {"path": path, "fused_ms": round(ms["fused"], 4), "composite_ms": round(ms["composite"], 4)})
+        _record(key, {"path": path, "fused_ms": round(ms["fused"], 4), "composite_ms": round(ms["composite"], 4)})
     else:
         result = fused() if path == "fused" else composite()
-    _served[lookup.key, path] += 1
+    _served[key, path] += 1
     return result
 
 
-def _record(lookup: LookupClass, record: dict) -> None:
-    """Keep a timing in this process and on disk."""
-    records()[lookup.key] = record
-    logger.debug("paddle_edo: %s: the %s path serves (kernel %.3f ms, composite ops %.3f ms)", lookup.key,
+def _record(key: str, record: dict) -> None:
+    """Keep the timing of class ``key`` in this process and on disk."""
+    records()[key] = record
+    logger.debug("paddle_edo: %s: the %s path serves (kernel %.3f ms, composite ops %.3f ms)", key,
                 record["path"], record["fused_ms"], record["composite_ms"])
     try:
-        _rewrite(lambda mine: mine.__setitem__(lookup.key, record))
+        _rewrite(lambda mine: mine.__setitem__(key, record))
     except OSError as error:  # a read-only cache: the timing holds for this process
         logger.warning("paddle_edo: the kernel paths could not be written beside the extension (%s)", error)
 

@@ -57,7 +57,7 @@ std::vector<paddle::Tensor> DenseLookup(const paddle::Tensor& ids, const paddle:
   const int64_t bytes = sizeof(float) * width;
 #pragma omp parallel for if (n > kParallelLookups)
   for (int64_t i = 0; i < n; ++i) {
-    if (i + kCopyPrefetchDistance < n) PrefetchToL1(t + id[i + kCopyPrefetchDistance] * width, bytes);
+    if (i + kCopyPrefetchDistance < n) Prefetch<kIntoL1>(t + id[i + kCopyPrefetchDistance] * width, bytes);
     if (has_padding && id[i] == padding_idx) {
       std::memset(o + i * width, 0, bytes);
     } else {

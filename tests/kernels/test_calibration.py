@@ -29,9 +29,9 @@ def timings(tmp_path, monkeypatch):
     timed = []
     real = calibration._record
 
-    def counted(lookup, record):
-        timed.append(lookup.key)
-        return real(lookup, record)
+    def counted(key, record):
+        timed.append(key)
+        return real(key, record)
 
     monkeypatch.setattr(calibration, "_record", counted)
     return path, timed

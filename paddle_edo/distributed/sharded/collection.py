@@ -26,6 +26,7 @@ are whole on every rank, looked up locally, their dense gradients all-reduced wi
 (``gradients.py``)."""
 from __future__ import annotations
 
+import contextlib
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -209,10 +210,8 @@ class _RowPlan:
         for key, local, dim, here in zip(self.keys, self.requested, self.dims, self.trained_here):
             if not local.size:
                 answers.append(paddle.zeros([0, dim], dtype="float32"))
-            elif here:
-                with paddle.no_grad():
-                    answers.append(self.collection[key](local))
-            else:
+                continue
+            with paddle.no_grad() if here else contextlib.nullcontext():
                 answers.append(self.collection[key](local))
         return answers
 
@@ -408,13 +407,12 @@ class _TablePlan:
                                       zip(requests, np.cumsum([0] + [n for n, _, _, _ in requests[:-1]]))])
         rows = [r for _, r, _, _ in requests]
         ids = ids.reshape([sum(rows), shape]) if shape > 0 else ids
-        if self.collection.pooling[key] == "none" and self.collection.trains_here(key):
-            self.answered_ids[t] = paddle.to_tensor(ids)
-            with paddle.no_grad():
-                looked_up = self.collection._table_lookup(key, self.answered_ids[t], None)
-        else:
-            looked_up = self.collection._table_lookup(key, paddle.to_tensor(ids),
-                                                      None if offsets is None else paddle.to_tensor(offsets))
+        asked = paddle.to_tensor(ids)
+        here = self.collection.pooling[key] == "none" and self.collection.trains_here(key)
+        if here:
+            self.answered_ids[t] = asked
+        with paddle.no_grad() if here else contextlib.nullcontext():
+            looked_up = self.collection._table_lookup(key, asked, None if offsets is None else paddle.to_tensor(offsets))
         looked_up = looked_up.reshape([sum(rows), dim])
         bounds = np.concatenate([[0], np.cumsum(rows)]).tolist()
         return [looked_up[bounds[i]:bounds[i + 1]] if rows[i] else paddle.zeros([0, dim], dtype="float32")
