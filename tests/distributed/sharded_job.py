@@ -4,13 +4,17 @@ sharded checkpoint under <root>/<out>/world<N>:
 
   python -m paddle.distributed.launch --nproc_per_node N tests/distributed/sharded_job.py ROOT TASK ...
 
-A task is ``<case>[,epochs=E][,resume=<folder under ROOT>][,exchange=<kind>][,to_static=true][,out=<name>]``; a case is ``<table type>-<optimizer>``.
+A task is ``<case>[,epochs=E][,resume=<folder under ROOT>][,exchange=<kind>][,to_static=true][,reordered=S]
+[,out=<name>]``; a case is ``<table type>-<optimizer>``. ``reordered=S`` trains every batch with its
+examples in another order (seed S): the same model up to float summation order, the floor that N ranks are held to.
 ``EDO_KILL_RANK=<rank>:<step>`` kills that rank (SIGKILL) at that global step, to test a job's failure.
 """
 import os
 import signal
 import sys
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -56,6 +60,28 @@ def config_for(case: str, output_dir: Path, extra: list[str] = ()) -> dict:
         f"train.optimizer={optimizer}", *extra])
 
 
+class ExamplesReordered:
+    """``batches`` (a job's batch source; its other attributes pass through) with every batch's examples in a
+    random order drawn from ``seed``."""
+
+    def __init__(self, batches, seed: int) -> None:
+        self.__dict__["batches"], self.__dict__["seed"] = batches, seed
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getattr__(self, name: str):
+        return getattr(self.__dict__["batches"], name)
+
+    def __setattr__(self, name: str, value) -> None:
+        setattr(self.batches, name, value)
+
+    def __iter__(self):
+        for number, arrays in enumerate(self.batches):
+            order = np.random.default_rng([self.seed, number]).permutation(len(arrays["label"]))
+            yield {name: values[order] for name, values in arrays.items()}
+
+
 class KillAt(Callback):
     def __init__(self, rank: int, step: int) -> None:
         self.rank, self.step = rank, step
@@ -78,7 +104,10 @@ def run(root: Path, task: str, world: int) -> None:
         extra.append(f"train.resume={root / settings['resume'] / MANIFEST}")
     kill = os.environ.get("EDO_KILL_RANK")
     callbacks = [KillAt(*map(int, kill.split(":")))] if kill else []
-    Engine(config_for(case, out, extra), callbacks).train_epochs(validate=False)
+    engine = Engine(config_for(case, out, extra), callbacks)
+    if "reordered" in settings:
+        engine.train_batches.batches = ExamplesReordered(engine.train_batches.batches, int(settings["reordered"]))
+    engine.train_epochs(validate=False)
 
 
 def main() -> None:
