@@ -18,7 +18,7 @@ it sends to other ranks (``bytes_sent``), which the bench compares with the form
 from __future__ import annotations
 
 import itertools
-from typing import Sequence
+from typing import Callable, Sequence
 
 import paddle
 import paddle.distributed as dist
@@ -140,13 +140,22 @@ class GatheredExchange(Exchange):
 
 
 class AllToAllExchange(Exchange):
+    """``all_to_all``: a collective with ``paddle.distributed.alltoall_single``'s signature (``out, in,
+    in_split_sizes, out_split_sizes``), that one by default."""
+
     name = "all_to_all"
+
+    def __init__(self, rank: int, world_size: int,
+                 all_to_all: Callable[[paddle.Tensor, paddle.Tensor, list[int], list[int]], object] | None = None
+                 ) -> None:
+        super().__init__(rank, world_size)
+        self.all_to_all = all_to_all or dist.alltoall_single
 
     def _exchange(self, parts, receive_sizes):
         self._count_parts(parts)
         joined = joined_flat(parts)
         out = paddle.empty([sum(receive_sizes)], dtype=joined.dtype)
-        dist.alltoall_single(out, joined, [int(p.size) for p in parts], receive_sizes)
+        self.all_to_all(out, joined, [int(p.size) for p in parts], receive_sizes)
         bounds = [0, *itertools.accumulate(receive_sizes)]
         return [out[bounds[i]:bounds[i + 1]] for i in range(self.world_size)]
 
