@@ -82,6 +82,7 @@ class Engine:
                 for collection in shard_collections(self.model, self.exchange).values():
                     # monitors read the shares' own gradients: then the shares keep their autograd lookups
                     collection.train_owned_rows = not config["monitor"]["enable"]
+                    collection.bag_pooling = config["distributed"]["bag_pooling"]
             # fp32 tables train outside Paddle's optimizer: a collection's in its backward pass, the others
             # (composites' parts, tables of unfused runs) from their sparse gradients after it
             self.table_optimizer = fused_table_optimizer(config, 1 if self.sharded else self.world_size, self.device)

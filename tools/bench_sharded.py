@@ -185,13 +185,16 @@ def on_paper(rows: float = 1e9, dim: int = 64, batch: int = 4096, fields: int = 
 
 
 PLACEMENT_BAGS = (("none", 1), ("sum", 1), ("sum", 4), ("sum", 16), ("sum", 64))  # pooling, ids per example
+PLACEMENT_PLANS = {"row": ("row", "after_exchange"), "row_at_owner": ("row", "at_owner"),  # placement, bag pooling
+                   "row_auto": ("row", "auto"), "table": ("table", "auto")}
 
 
 def placement_bytes(rows: int = 1_000_000, dim: int = 64, batch: int = 4096, repeats: int = 20) -> list[dict]:
     """Two tables of ``rows`` x ``dim``, Zipf ids, single (not pooled) or in bags of each PLACEMENT_BAGS
     length (summed), a global batch of ``batch`` over 2 ranks: per step (lookup and backward), the bytes each
-    rank sends and the median step time, with the tables placed by rows and placed whole (one on each rank)
-    (this file's ``--placement-probe``)."""
+    rank sends and the median step time, with the tables placed by rows (bags pooled after the exchange, at
+    the owners, and as ``auto`` chooses) and placed whole (one on each rank) (this file's
+    ``--placement-probe``)."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "placement"
         subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
@@ -217,8 +220,11 @@ def _placement_probe(out: Path, rows: int, dim: int, batch: int, repeats: int) -
         shape = (batch // world,) if pooling == "none" else (batch // world, length)
         ids = [paddle.to_tensor(zipf_ids(rows, shape, seed=rank * 10 + t)) for t in range(2)]
         row = {"pooling": pooling, "bag_length": length}
-        for placement in ("row", "table"):
+        for plan, (placement, bag_pooling) in PLACEMENT_PLANS.items():
+            if pooling == "none" and bag_pooling != "after_exchange":
+                continue
             collection, _ = _sharded_tables(placement, ["a", "b"], rows, dim, pooling, exchange)
+            collection.bag_pooling = bag_pooling
             sent, times = [], []
             for _ in range(repeats):
                 dist.barrier()
@@ -227,8 +233,8 @@ def _placement_probe(out: Path, rows: int, dim: int, batch: int, repeats: int) -
                 times.append(time.perf_counter() - start)
                 sent.append(exchange.bytes_sent - before)
                 collection.clear_gradients()
-            row[f"{placement}_bytes"] = int(np.median(sent))
-            row[f"{placement}_ms"] = float(np.median(times)) * 1e3
+            row[f"{plan}_bytes"] = int(np.median(sent))
+            row[f"{plan}_ms"] = float(np.median(times)) * 1e3
         found.append(row)
     out.with_suffix(f".{rank}.json").write_text(json.dumps(found))
 
@@ -251,18 +257,27 @@ def _sharded_tables(placement: str, names: list[str], rows: int, dim: int, pooli
     return collection, RowTrainer(TableOptimizer("adagrad", 0.01), held)
 
 
+PLAN_NAMES = {"row": "by rows, pooled after the exchange", "row_at_owner": "by rows, pooled at the owners",
+              "row_auto": "by rows, bag_pooling auto", "table": "whole"}
+
+
 def placement_markdown(rows: list[dict], tables: str) -> str:
-    lines = [f"Tables placed by rows against whole (one on each rank): {tables}; per rank and step (lookup and "
-             f"backward), bytes sent and median time, rank 0 / rank 1:", "",
-             "| ids per example | by rows: sent | by tables: sent | by tables / by rows | by rows: step | by tables: step |",
-             "|---|---|---|---|---|---|"]
+    lines = [f"Tables placed by rows (bags pooled after the exchange, at the owners, or as `distributed.bag_pooling: "
+             f"auto` chooses) against whole (one on each rank): {tables}; per step (lookup and backward), KiB sent "
+             f"and median time, rank 0 / rank 1, and the bytes against by rows pooled after the exchange:", "",
+             "| ids per example | " + " | ".join(PLAN_NAMES.values()) + " |", "|---|" + "---|" * len(PLAN_NAMES)]
     for row in rows:
-        by_rows, by_tables = row["row_bytes_by_rank"], row["table_bytes_by_rank"]
         ids = "1, not pooled" if row["pooling"] == "none" else f"bag of {row['bag_length']}, summed"
-        lines.append(f"| {ids} | {' / '.join(f'{b / 2**10:,.0f} KiB' for b in by_rows)} | "
-                     f"{' / '.join(f'{b / 2**10:,.0f} KiB' for b in by_tables)} | {sum(by_tables) / sum(by_rows):.2f}x | "
-                     f"{' / '.join(f'{t:.1f} ms' for t in row['row_ms_by_rank'])} | "
-                     f"{' / '.join(f'{t:.1f} ms' for t in row['table_ms_by_rank'])} |")
+        baseline = sum(row["row_bytes_by_rank"])
+        cells = []
+        for plan in PLAN_NAMES:
+            if f"{plan}_bytes_by_rank" not in row:
+                cells.append("")
+                continue
+            sent = row[f"{plan}_bytes_by_rank"]
+            cells.append(f"{' / '.join(f'{b / 2**10:,.0f}' for b in sent)} KiB ({sum(sent) / baseline:.2f}x), "
+                         f"{' / '.join(f'{t:.1f}' for t in row[f'{plan}_ms_by_rank'])} ms")
+        lines.append(f"| {ids} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -10,6 +10,7 @@ from ..nn import EMBEDDINGS
 from ..nn.shards import PLACEMENTS
 from ..schema import ConfigError, Option
 from .admission import RULES as ADMISSION_RULES
+from .sharded.collection import BAG_POOLINGS
 from .sharded.exchange import EXCHANGES
 
 SGD_RULES = {"adam": ("SparseAdamSGDRule", "adam"), "adagrad": ("SparseAdaGradSGDRule", "adagrad"),
@@ -32,6 +33,11 @@ DISTRIBUTED_OPTIONS: dict[str, Option] = {
     "exchange": Option("auto", str, choices=EXCHANGES,
                        doc="sharded: how ranks swap ids and rows; auto: all_to_all (NCCL) on a GPU, pairwise "
                            "send/recv on the CPU (gloo)"),
+    "bag_pooling": Option("auto", str, choices=BAG_POOLINGS,
+                          doc="sharded: where the bags of pooled tables placed by rows are summed; after_exchange: "
+                              "each rank fetches its bags' distinct rows; at_owner: each owner sums the ids it "
+                              "holds of every bag and sends one partial sum a bag; auto: whichever sends fewer "
+                              "bytes, table by table and step by step (long bags of rarely repeated ids: at_owner)"),
     "ps_mode": Option("async", str, choices=("async", "geo", "sync"), doc="sync is refused (segfaults in 2.6.2)"),
     "k_steps": Option(100, int, low=1, doc="geo: local steps between pushes"),
     "pull_dense_every": Option(1, int, low=1, doc="async: steps between pulls of the dense parameters (more "

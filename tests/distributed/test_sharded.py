@@ -290,9 +290,9 @@ def test_movielens_auc_with_two_ranks_matches_one_process_and_the_tools_read_its
 
 
 # ------------------------------------------------------------------ one process, no launcher
-def sharded_pair(pooling, placement="auto", dims=(4, 3)):
+def sharded_pair(pooling, placement="auto", dims=(4, 3), bag_pooling="auto"):
     """A collection of two tables, and the same tables placed (by ``placement``) on one rank (the exchange
-    local)."""
+    local), pooling bags as ``bag_pooling`` says."""
     paddle.seed(5)
     plain = {"a": build_embedding({"type": "dense", "dim": dims[0]}, 30, padding_idx=0),
              "b": build_embedding({"type": "dense", "dim": dims[1]}, 7, padding_idx=0)}
@@ -300,12 +300,15 @@ def sharded_pair(pooling, placement="auto", dims=(4, 3)):
         paddle.seed(5)
         shares = {"a": build_embedding({"type": "dense", "dim": dims[0]}, 30, padding_idx=0),
                   "b": build_embedding({"type": "dense", "dim": dims[1]}, 7, padding_idx=0)}
-    return EmbeddingCollection(plain, pooling), ShardedCollection(shares, pooling, LocalExchange())
+    sharded = ShardedCollection(shares, pooling, LocalExchange())
+    sharded.bag_pooling = bag_pooling
+    return EmbeddingCollection(plain, pooling), sharded
 
 
+@pytest.mark.parametrize("bag_pooling", ["after_exchange", "at_owner"])
 @pytest.mark.parametrize("mode", ["none", "sum", "mean"])
-def test_a_sharded_collection_looks_up_and_pools_as_a_collection_does(mode):
-    plain, sharded = sharded_pair({"a": "none", "b": mode})
+def test_a_sharded_collection_looks_up_and_pools_as_a_collection_does(mode, bag_pooling):
+    plain, sharded = sharded_pair({"a": "none", "b": mode}, bag_pooling=bag_pooling)
     a = paddle.to_tensor([3, 0, 29, 3])
     b = paddle.to_tensor([[1, 0, 6], [0, 0, 0], [2, 2, 5], [6, 1, 0]]) if mode != "none" else paddle.to_tensor([1, 0, 6, 6])
     for table in ("a", "b"):
@@ -331,15 +334,17 @@ def test_unpooled_tables_of_one_width_look_up_and_train_as_a_collection_does(b):
         np.testing.assert_allclose(sharded[key].weight.numpy(), plain[key].weight.numpy(), rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("rule,placement", [("sgd", "row"), ("adagrad", "row"), ("adam", "row"),
-                                            ("rowwise_adagrad", "row"), ("adam", "table")])
-def test_shares_trained_from_the_exchanged_gradients_train_as_their_row_trainer_does(rule, placement):
-    # the share's rule applied to the rows it answered, as the gradients come back (the default), against
-    # its autograd lookup's sparse gradient read by RowTrainer.step (what monitored runs keep); a table
-    # placed whole and pooled keeps its autograd lookup
+@pytest.mark.parametrize("rule,placement,bag_pooling", [
+    ("sgd", "row", "after_exchange"), ("adagrad", "row", "after_exchange"), ("adam", "row", "after_exchange"),
+    ("rowwise_adagrad", "row", "after_exchange"), ("adam", "table", "auto"), ("adagrad", "row", "at_owner"),
+    ("adam", "row", "at_owner")])
+def test_shares_trained_from_the_exchanged_gradients_train_as_their_row_trainer_does(rule, placement, bag_pooling):
+    # the share's rule applied to the rows it answered, as the gradients come back (the default; pooled at
+    # the owner, each bag's gradient to each of its ids), against its autograd lookup's sparse gradient read
+    # by RowTrainer.step (what monitored runs keep); a table placed whole and pooled keeps its autograd lookup
     trained = {}
     for here in (True, False):
-        _, sharded = sharded_pair({"a": "none", "b": "sum"}, placement)
+        _, sharded = sharded_pair({"a": "none", "b": "sum"}, placement, bag_pooling=bag_pooling)
         sharded.train_owned_rows = here
         trainer = RowTrainer(TableOptimizer(rule, 0.1), {"a": sharded["a"], "b": sharded["b"]})
         for step in range(3):
@@ -359,9 +364,10 @@ def test_shares_trained_from_the_exchanged_gradients_train_as_their_row_trainer_
         np.testing.assert_array_equal(trained[True][1][name], value)
 
 
+@pytest.mark.parametrize("bag_pooling", ["after_exchange", "at_owner"])
 @pytest.mark.parametrize("mode", ["sum", "mean"])
-def test_bags_given_by_offsets_pool_as_a_collection_pools_them(mode):
-    plain, sharded = sharded_pair({"a": "none", "b": mode})
+def test_bags_given_by_offsets_pool_as_a_collection_pools_them(mode, bag_pooling):
+    plain, sharded = sharded_pair({"a": "none", "b": mode}, bag_pooling=bag_pooling)
     a = paddle.to_tensor([3, 0, 29, 3])
     b, offsets = paddle.to_tensor([1, 0, 6, 2, 2, 5, 6, 1, 0]), paddle.to_tensor([0, 3, 3, 6])  # an empty bag
     expected, got = plain([a, b], offsets=[None, offsets]), sharded([a, b], offsets=[None, offsets])
@@ -373,8 +379,9 @@ def test_bags_given_by_offsets_pool_as_a_collection_pools_them(mode):
     np.testing.assert_allclose(sharded["b"].weight.numpy(), plain["b"].weight.numpy(), rtol=0, atol=1e-6)
 
 
-def test_empty_slices_and_padding_only_batches_give_zeros():
-    plain, sharded = sharded_pair({"a": "none", "b": "mean"})
+@pytest.mark.parametrize("bag_pooling", ["after_exchange", "at_owner"])
+def test_empty_slices_and_padding_only_batches_give_zeros(bag_pooling):
+    plain, sharded = sharded_pair({"a": "none", "b": "mean"}, bag_pooling=bag_pooling)
     with paddle.no_grad():
         empty = sharded([paddle.zeros([0], dtype="int64"), paddle.zeros([0, 3], dtype="int64")])
     assert empty.shape == [0, 7]
@@ -509,6 +516,8 @@ def test_the_tournament_meets_every_pair_once_and_no_rank_twice_a_round():
 def test_sharded_settings_are_checked():
     with pytest.raises(ConfigError, match="needs embedding.collection = true"):
         load_config(ROOT / "configs" / "sharded_movielens.yaml", ["embedding.collection=false"])
+    with pytest.raises(ConfigError, match="distributed.bag_pooling.*'at_owners'.*after_exchange"):
+        load_config(ROOT / "configs" / "sharded_movielens.yaml", ["distributed.bag_pooling=at_owners"])
     with pytest.raises(EdoValueError, match="'all_to_all' needs NCCL"):
         choose_exchange("all_to_all", 0, 2, "cpu")
     assert isinstance(choose_exchange("auto", 0, 1, "cpu"), LocalExchange)

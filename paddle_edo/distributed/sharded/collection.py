@@ -41,6 +41,8 @@ from ...nn.dense import DenseEmbedding
 from ...nn.shards import RowShare, place_of
 from .exchange import Exchange, joined_flat
 
+BAG_POOLINGS = ("auto", "after_exchange", "at_owner")  # where the bags of tables by rows pool (see _RowPlan)
+
 
 class ShardedCollection(EmbeddingCollection):
     """The tables of ``collection`` (the same layers, names and pooling), its placed ones (those with a
@@ -54,6 +56,7 @@ class ShardedCollection(EmbeddingCollection):
         super().__init__(tables, pooling, name=name)
         self.exchange = exchange
         self.train_owned_rows = True
+        self.bag_pooling = "auto"  # where the bags of tables by rows pool (BAG_POOLINGS)
         for key, table in tables.items():
             share = getattr(table, "row_share", None) or getattr(table, "table_share", None)
             if share is not None:
@@ -146,7 +149,15 @@ class ShardedCollection(EmbeddingCollection):
 
 
 class _RowPlan:
-    """One step's bookkeeping: each table's distinct ids, who owns them, how many each rank asks of each."""
+    """One step's bookkeeping: each table's distinct ids, who owns them, how many each rank asks of each.
+
+    A pooled table's bags pool after the exchange (its distinct rows fetched, as unpooled tables') or at the
+    owners (``at_owner``): each owner is sent the ids it holds with their bags, and answers with one partial
+    sum per bag, which the asking rank adds up; the gradient of each bag goes back to every owner that added
+    into it. Rows cost ``8 + 8 dim`` bytes each way and back (id, row, gradient), pooling at the owners ``16``
+    a kept id (id and bag) and ``8 dim`` a bag per owner: with ``distributed.bag_pooling = auto`` each rank
+    takes, table by table and step by step, the one that sends fewer bytes (long bags of ids that rarely
+    repeat pool at the owners)."""
 
     def __init__(self, collection: ShardedCollection, keys: list[str], ids: list[paddle.Tensor],
                  offsets: list[paddle.Tensor | None], shares: dict[str, RowShare], batch: int) -> None:
@@ -154,10 +165,12 @@ class _RowPlan:
         self.bags = [None if o is None else _bag_of_each_id(o, int(np.prod(i.shape)), key)
                      for key, i, o in zip(keys, ids, offsets)]  # given offsets: each id's bag
         self.exchange = collection.exchange
-        world = self.exchange.world_size
+        world, rank = self.exchange.world_size, self.exchange.rank
         self.dims = [collection[key].embedding_dim for key in keys]
         self.shapes, self.inverse, self.valid, self.orders = [], [], [], []
+        self.at_owner = np.zeros(len(keys), dtype=bool)          # tables whose bags pool at their owners
         counts = np.zeros([world, len(keys)], dtype=np.int64)   # [destination, table]: ids asked of each owner
+        self.answers = np.zeros([world, len(keys)], dtype=np.int64)  # [owner, table]: rows each owner answers
         self.asked: list[list[np.ndarray]] = [[] for _ in range(world)]
         for t, (key, table_ids) in enumerate(zip(keys, ids)):
             share = shares[key]
@@ -178,65 +191,136 @@ class _RowPlan:
             self.inverse.append(full)
             self.valid.append(valid)
             counts[:, t] = np.bincount(owners, minlength=world)
+            kept = values[valid]
+            kept_owners = kept % world
+            kept_counts = np.bincount(kept_owners, minlength=world)
+            if self._pools_at_owner(key, counts[:, t], kept_counts, self.dims[t]):
+                self.at_owner[t] = True
+                bag = self.bags[t] if self.bags[t] is not None else \
+                    np.arange(values.size) // int(np.prod(self.shapes[-1][1:]))  # [batch, L] ids: bag i // L
+                by_owner = np.argsort(kept_owners, kind="stable")
+                grouped, kept_bags = kept[by_owner] // world, bag[valid][by_owner]
+                bounds = np.concatenate([[0], np.cumsum(kept_counts)])
+                for d in range(world):  # the ids the owner holds, then their bags
+                    self.asked[d].append(np.concatenate([grouped[bounds[d]:bounds[d + 1]],
+                                                         kept_bags[bounds[d]:bounds[d + 1]]]))
+                counts[:, t] = kept_counts
+                self.answers[:, t] = np.where(kept_counts > 0, batch, 0)
+                continue
+            self.answers[:, t] = counts[:, t]
             grouped = distinct[order] // world
             bounds = np.concatenate([[0], np.cumsum(counts[:, t])])
             for d in range(world):
                 self.asked[d].append(grouped[bounds[d]:bounds[d + 1]])
         self.counts = counts
-        self.distinct = counts.sum(axis=0)                     # [table]
+        self.flat_rows = self.answers.sum(axis=0)              # [table]: rows of this rank's flat answer
+        self.flat_rows[self.at_owner] = batch                  # pooled: the bags' sums
 
-    def request(self) -> list[np.ndarray]:
-        """Send each owner the ids wanted of it; returns the ids every rank wants of this one, per table,
-        sources in rank order."""
+    def _pools_at_owner(self, key: str, distinct: np.ndarray, kept: np.ndarray, dim: int) -> bool:
+        """Whether table ``key``'s bags pool at their owners this step (``distinct`` / ``kept``: this rank's
+        distinct / kept ids each rank owns)."""
+        setting = self.collection.bag_pooling
+        if self.collection.pooling[key] == "none" or setting == "after_exchange" or not self.batch:
+            return False
+        if setting == "at_owner":
+            return True
+        others = np.arange(len(distinct)) != self.exchange.rank
+        rows_bytes = int(distinct[others].sum()) * (8 + 8 * dim)
+        pooled_bytes = int(kept[others].sum()) * 16 + int((kept[others] > 0).sum()) * self.batch * 8 * dim
+        return pooled_bytes < rows_bytes
+
+    def request(self) -> list[list[tuple[np.ndarray, np.ndarray | None]]]:
+        """Send each owner the ids wanted of it (with their bags where they pool there); returns, per table
+        and asking rank (in rank order), the local ids it wants of this one and their bags (None: it wants
+        the rows)."""
         world, tables = self.exchange.world_size, len(self.keys)
-        counts = self.exchange.exchange([paddle.to_tensor(self.counts[d]) for d in range(world)], [tables] * world)
-        self.asked_of_me = np.stack([c.numpy() for c in counts])   # [source, table]
+        header = np.concatenate([self.counts, np.broadcast_to(self.at_owner, self.counts.shape),
+                                 np.full([world, 1], self.batch)], axis=1).astype(np.int64)
+        headers = self.exchange.exchange([paddle.to_tensor(header[d]) for d in range(world)], [2 * tables + 1] * world)
+        headers = np.stack([h.numpy() for h in headers])           # [source, 2 tables + 1]
+        self.asked_of_me = headers[:, :tables]                      # [source, table]: ids
+        self.pooled_for = headers[:, tables:2 * tables].astype(bool)  # [source, table]: pooled here
+        batches = headers[:, 2 * tables]
+        self.answered = np.where(self.pooled_for, np.where(self.asked_of_me > 0, batches[:, None], 0),
+                                 self.asked_of_me)               # [source, table]: rows this rank answers
+        lengths = self.asked_of_me * (1 + self.pooled_for)
         parts = [paddle.to_tensor(np.concatenate(self.asked[d]).astype(np.int64)) for d in range(world)]
-        received = self.exchange.exchange(parts, self.asked_of_me.sum(axis=1).tolist())
+        received = self.exchange.exchange(parts, lengths.sum(axis=1).tolist())
         by_table = [[] for _ in range(tables)]
         for source, message in enumerate(received):
-            cuts = np.cumsum(self.asked_of_me[source])[:-1]
+            cuts = np.cumsum(lengths[source])[:-1]
             for t, part in enumerate(np.split(message.numpy(), cuts)):
-                by_table[t].append(part)
-        return [np.concatenate(parts) for parts in by_table]
+                n = int(self.asked_of_me[source, t])
+                by_table[t].append((part[:n], part[n:]) if self.pooled_for[source, t] else (part, None))
+        return by_table
 
     def answer(self) -> list[paddle.Tensor]:
         """The rows every rank asked of this one, per table, looked up through the share's own layer: with
         autograd, or, for a share its RowTrainer trains here (``trains_here``), as plain values whose
         gradients ``train_owned`` applies."""
-        self.requested = [paddle.to_tensor(local) for local in self.request()]
+        self.requests = self.request()
+        self.requested = [paddle.to_tensor(np.concatenate([np.zeros(0, np.int64), *(ids for ids, _ in requests)]))
+                          for requests in self.requests]
         self.trained_here = [self.collection.trains_here(key) for key in self.keys]
         answers = []
-        for key, local, dim, here in zip(self.keys, self.requested, self.dims, self.trained_here):
+        for t, (key, local, dim, here) in enumerate(zip(self.keys, self.requested, self.dims, self.trained_here)):
             if not local.size:
                 answers.append(paddle.zeros([0, dim], dtype="float32"))
                 continue
             with paddle.no_grad() if here else contextlib.nullcontext():
-                answers.append(self.collection[key](local))
+                rows = self.collection[key](local)
+                answers.append(self._pooled(rows, t) if self.pooled_for[:, t].any() else rows)
         return answers
+
+    def _pooled(self, rows: paddle.Tensor, t: int) -> paddle.Tensor:
+        """Table ``t``'s answers from its looked-up ``rows`` (every asking rank's, in rank order): the rows
+        for ranks that asked for rows, one partial sum per bag for ranks whose bags pool here."""
+        answers, start = [], 0
+        for source, (ids, bags) in enumerate(self.requests[t]):
+            piece = rows[start:start + ids.size]
+            start += ids.size
+            if bags is None or not ids.size:
+                answers.append(piece)
+                continue
+            zeros = paddle.zeros([int(self.answered[source, t]), self.dims[t]], dtype="float32")
+            zeros.stop_gradient = False  # Paddle 2.6.2's index_add backward fails on a constant input
+            answers.append(zeros.index_add(paddle.to_tensor(bags), 0, piece))
+        return _cat(answers, self.dims[t])
 
     def train_owned(self, grads: list[paddle.Tensor]) -> None:
         """Apply each share's rule (its RowTrainer's) to the rows it answered, from their gradients as the
-        asking ranks sent them back (the kernel sums an id's gradients in the ranks' order): one pass over
-        the rows, where autograd would make a sparse gradient for the trainer to read."""
-        for key, local, grad, here in zip(self.keys, self.requested, grads, self.trained_here):
-            if here and local.size:
-                _apply_rule(self.collection[key], local, grad)
+        asking ranks sent them back (a bag's gradient to each of its ids; the kernel sums an id's gradients
+        in the ranks' order): one pass over the rows, where autograd would make a sparse gradient for the
+        trainer to read."""
+        for t, (key, local, grad, here) in enumerate(zip(self.keys, self.requested, grads, self.trained_here)):
+            if not (here and local.size):
+                continue
+            if self.pooled_for[:, t].any():
+                pieces = _cut(grad, self.answered[:, t])
+                grad = _cat([piece if bags is None or not ids.size else paddle.gather(piece, paddle.to_tensor(bags))
+                             for (ids, bags), piece in zip(self.requests[t], pieces)], self.dims[t])
+            _apply_rule(self.collection[key], local, grad)
 
     def send_values(self, owned: list[paddle.Tensor]) -> paddle.Tensor:
         """Return the owned rows to whoever asked; returns this rank's distinct rows of every table, flat,
         each table's in its distinct-id order, and one zero at the end."""
-        pieces = self._swap(owned, self.asked_of_me, self.counts)
-        tables = [_ungroup(_cat(parts, self.dims[t]), self.orders[t]).reshape([-1]) for t, parts in enumerate(pieces)]
+        pieces = self._swap(owned, self.answered, self.answers)
+        tables = [(_summed(parts, self.batch, self.dims[t]) if self.at_owner[t] else
+                   _ungroup(_cat(parts, self.dims[t]), self.orders[t])).reshape([-1]) for t, parts in enumerate(pieces)]
         return joined_flat([*tables, paddle.zeros([1], dtype="float32")])
 
     def send_gradients(self, flat_grad: paddle.Tensor) -> list[paddle.Tensor]:
-        """The backward of ``send_values``: each distinct row's gradient back to its owner; returns the
-        gradient of every owned rows tensor."""
-        per_table = _cut(flat_grad[:-1], self.distinct * self.dims)
-        grouped = [paddle.gather(g.reshape([-1, dim]), paddle.to_tensor(order)) if order.size else g.reshape([-1, dim])
-                   for g, dim, order in zip(per_table, self.dims, self.orders)]
-        pieces = self._swap(grouped, self.counts, self.asked_of_me)
+        """The backward of ``send_values``: each distinct row's gradient back to its owner, each bag's to every
+        owner that added into it; returns the gradient of every owned answers tensor."""
+        per_table = _cut(flat_grad[:-1], self.flat_rows * self.dims)
+        grouped = []
+        for t, (g, dim, order) in enumerate(zip(per_table, self.dims, self.orders)):
+            g = g.reshape([-1, dim])
+            if self.at_owner[t]:
+                grouped.append(_cat([g] * int((self.answers[:, t] > 0).sum()), dim))
+            else:
+                grouped.append(paddle.gather(g, paddle.to_tensor(order)) if order.size else g)
+        pieces = self._swap(grouped, self.answers, self.answered)
         return [_cat(parts, self.dims[t]) for t, parts in enumerate(pieces)]
 
     def _swap(self, tables: list[paddle.Tensor], send: np.ndarray, receive: np.ndarray) -> list[list[paddle.Tensor]]:
@@ -257,39 +341,44 @@ class _RowPlan:
         """Each table's vectors [batch, width] from its distinct rows: gathered, padding zero, bags pooled."""
         if self._one_gather():
             return self._gathered(flat)
-        parts = _cut(flat[:-1], self.distinct * self.dims)
+        parts = _cut(flat[:-1], self.flat_rows * self.dims)
         tail = flat[-1:]  # zero; in every output, so that every rank's backward reaches the exchange
         out = {}
         for t, key in enumerate(self.keys):
             dim, shape = self.dims[t], self.shapes[t]
-            rows = paddle.concat([parts[t].reshape([-1, dim]), paddle.zeros([1, dim], dtype="float32")])
             batch = shape[0] if shape else 1
             mode = self.collection.pooling[key]
             if self.inverse[t].size == 0:  # an empty slice (evaluation's last batch; training slices never are)
                 width = dim if mode != "none" else dim * int(np.prod(shape[1:]))
                 out[key] = paddle.zeros([self.batch if self.bags[t] is not None else batch, width], dtype="float32")
                 continue
+            if self.at_owner[t]:  # the owners' partial sums, added up
+                out[key] = self._mean(parts[t].reshape([self.batch, dim]) + tail, t)
+                continue
+            rows = paddle.concat([parts[t].reshape([-1, dim]), paddle.zeros([1, dim], dtype="float32")])
             vectors = paddle.gather(rows, paddle.to_tensor(self.inverse[t])) + tail     # [n, dim]
             if self.bags[t] is not None:  # flat ids with offsets: each id's row added into its bag
                 bags = paddle.to_tensor(self.bags[t])
                 zeros = paddle.zeros([self.batch, dim], dtype="float32")
                 zeros.stop_gradient = False  # Paddle 2.6.2's index_add backward fails on a constant input
-                summed = zeros.index_add(bags, 0, vectors)
-                if mode == "mean":
-                    kept = np.bincount(self.bags[t][self.valid[t]], minlength=self.batch).astype(np.float32)
-                    summed = summed / paddle.to_tensor(np.maximum(kept, 1.0)).reshape([self.batch, 1])
-                out[key] = summed
+                out[key] = self._mean(zeros.index_add(bags, 0, vectors), t)
                 continue
             if mode == "none":
                 out[key] = vectors.reshape([batch, dim * int(np.prod(shape[1:]))])
                 continue
-            length = shape[1]
-            summed = vectors.reshape([batch, length, dim]).sum(axis=1)
-            if mode == "mean":
-                kept = self.valid[t].reshape([batch, length]).sum(axis=1).astype(np.float32)
-                summed = summed / paddle.to_tensor(np.maximum(kept, 1.0)).reshape([batch, 1])
-            out[key] = summed
+            out[key] = self._mean(vectors.reshape([batch, shape[1], dim]).sum(axis=1), t)
         return out
+
+    def _mean(self, summed: paddle.Tensor, t: int) -> paddle.Tensor:
+        """Bag sums ``[batch, dim]`` of table ``t`` as its pooling wants them: as they are, or over each bag's
+        kept ids (at least one)."""
+        if self.collection.pooling[self.keys[t]] != "mean":
+            return summed
+        if self.bags[t] is not None:
+            kept = np.bincount(self.bags[t][self.valid[t]], minlength=self.batch)
+        else:
+            kept = self.valid[t].reshape([self.batch, -1]).sum(axis=1)
+        return summed / paddle.to_tensor(np.maximum(kept.astype(np.float32), 1.0)).reshape([self.batch, 1])
 
     def _one_gather(self) -> bool:
         """Whether one gather gives every table's vectors: tables of one width, not pooled, each with ids."""
@@ -302,10 +391,10 @@ class _RowPlan:
         each, forward and back. Padding ids read a zero row past the rows."""
         dim, batch = self.dims[0], self.shapes[0][0] if self.shapes[0] else 1
         rows = flat[:-1].reshape([-1, dim])
-        total = int(self.distinct.sum())
-        starts = np.concatenate([[0], np.cumsum(self.distinct)[:-1]])
+        total = int(self.flat_rows.sum())
+        starts = np.concatenate([[0], np.cumsum(self.flat_rows)[:-1]])
         index = np.concatenate([np.where(inverse == count, total, inverse + start).reshape([batch, -1])
-                                for inverse, count, start in zip(self.inverse, self.distinct, starts)], axis=1)
+                                for inverse, count, start in zip(self.inverse, self.flat_rows, starts)], axis=1)
         if not all(valid.all() for valid in self.valid):
             rows = paddle.concat([rows, paddle.zeros([1, dim], dtype="float32")])
         out = paddle.gather(rows, paddle.to_tensor(index.reshape(-1))).reshape([batch, -1])
@@ -500,6 +589,17 @@ def _bag_of_each_id(offsets: paddle.Tensor, count: int, key: str) -> np.ndarray:
         raise EdoValueError(f"table {key!r}: offsets must start at 0, never decrease and stay within the {count} ids, "
                             f"got {starts.tolist()[:8]}")
     return np.searchsorted(starts, np.arange(count), side="right") - 1
+
+
+def _summed(parts: list[paddle.Tensor], batch: int, dim: int) -> paddle.Tensor:
+    """Partial bag sums ``[batch, dim]`` from the owners (in rank order) added up; zeros where none came."""
+    kept = [p for p in parts if int(p.shape[0])]
+    if not kept:
+        return paddle.zeros([batch, dim], dtype="float32")
+    total = kept[0]
+    for part in kept[1:]:
+        total = total + part
+    return total
 
 
 def _cat(parts: list[paddle.Tensor], dim: int) -> paddle.Tensor:
