@@ -221,8 +221,8 @@ def _placement_probe(out: Path, rows: int, dim: int, batch: int, repeats: int) -
         ids = [paddle.to_tensor(zipf_ids(rows, shape, seed=rank * 10 + t)) for t in range(2)]
         row = {"pooling": pooling, "bag_length": length}
         for plan, (placement, bag_pooling) in PLACEMENT_PLANS.items():
-            if pooling == "none" and bag_pooling != "after_exchange":
-                continue
+            if pooling == "none" and placement == "row" and bag_pooling != "after_exchange":
+                continue  # nothing to pool
             collection, _ = _sharded_tables(placement, ["a", "b"], rows, dim, pooling, exchange)
             collection.bag_pooling = bag_pooling
             sent, times = [], []

@@ -142,8 +142,9 @@ def _native(table: DenseEmbedding | QuantizedEmbedding, ids: paddle.Tensor, offs
             unique, inverse = unique_ids(flat)
             rows = distinct_rows(unique, table.weight, None)
             out, _ = fused_ops().edo_bag_pool(rows, inverse.reshape([-1]), flat, bounds, entry_weights, *pooling)
-        else:
-            out, _ = fused_ops().edo_bag_pool(table.weight, flat, flat, bounds, entry_weights, *pooling)
+        else:  # Paddle records a custom operator's backward under no_grad too: a detached table records none
+            weight = table.weight.detach() if paddle.in_dynamic_mode() and not paddle.is_grad_enabled() else table.weight
+            out, _ = fused_ops().edo_bag_pool(weight, flat, flat, bounds, entry_weights, *pooling)
     return out if offsets is not None else out.reshape([*ids.shape[:-1], table.embedding_dim])
 
 

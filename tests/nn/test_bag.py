@@ -196,6 +196,18 @@ def test_empty_batches_and_empty_bags(path):
     assert bag(paddle.to_tensor([[4]])).shape == [1, D]
 
 
+@pytest.mark.parametrize("layout", ["padded", "offsets"])
+def test_bags_under_no_grad_record_no_backward(path, layout):
+    # Paddle records a custom operator's backward under no_grad too; a bag that recorded one would keep its
+    # table's gradient path alive and take a gradient from a later backward
+    bag = EmbeddingBag(N, D, "sum")
+    ids = paddle.to_tensor([[1, 2], [3, 4]])
+    with paddle.no_grad():
+        out = bag(ids) if layout == "padded" else bag(ids.reshape([-1]), paddle.to_tensor([0, 2]))
+    assert out.stop_gradient
+    assert not bag(ids).stop_gradient  # and with gradients on, it records one
+
+
 @pytest.mark.parametrize("full_graph", [False, True])
 def test_an_empty_batch_of_bags_under_to_static(path, full_graph):
     static = paddle.jit.to_static(EmbeddingBag(N, D, "sum", padding_idx=0), full_graph=full_graph)

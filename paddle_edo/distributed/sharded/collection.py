@@ -35,6 +35,7 @@ import paddle
 from ...compat import dynamic_graph_under_sot
 from ...errors import EdoIndexError, EdoRuntimeError, EdoValueError
 from ...kernels import fused_ops
+from ...nn.bag import pooled_lookup
 from ...nn.base import EmbeddingBase
 from ...nn.collection import EmbeddingCollection
 from ...nn.dense import DenseEmbedding
@@ -268,24 +269,33 @@ class _RowPlan:
                 answers.append(paddle.zeros([0, dim], dtype="float32"))
                 continue
             with paddle.no_grad() if here else contextlib.nullcontext():
-                rows = self.collection[key](local)
-                answers.append(self._pooled(rows, t) if self.pooled_for[:, t].any() else rows)
+                answers.append(self._pooled(t) if self.pooled_for[:, t].any() else self.collection[key](local))
         return answers
 
-    def _pooled(self, rows: paddle.Tensor, t: int) -> paddle.Tensor:
-        """Table ``t``'s answers from its looked-up ``rows`` (every asking rank's, in rank order): the rows
-        for ranks that asked for rows, one partial sum per bag for ranks whose bags pool here."""
-        answers, start = [], 0
-        for source, (ids, bags) in enumerate(self.requests[t]):
-            piece = rows[start:start + ids.size]
-            start += ids.size
-            if bags is None or not ids.size:
-                answers.append(piece)
-                continue
-            zeros = paddle.zeros([int(self.answered[source, t]), self.dims[t]], dtype="float32")
-            zeros.stop_gradient = False  # Paddle 2.6.2's index_add backward fails on a constant input
-            answers.append(zeros.index_add(paddle.to_tensor(bags), 0, piece))
-        return _cat(answers, self.dims[t])
+    def _pooled(self, t: int) -> paddle.Tensor:
+        """Table ``t``'s answers to every asking rank, in rank order: the rows for ranks that asked for rows
+        (one lookup), one partial sum per bag for ranks whose bags pool here (one bag lookup of them all, by
+        the share's own pooling: the bag kernel where it serves)."""
+        key, dim, requests = self.keys[t], self.dims[t], self.requests[t]
+        table = self.collection[key]
+        asked = [ids for ids, bags in requests if bags is None and ids.size]
+        rows = _cut(table(paddle.to_tensor(np.concatenate(asked))), [ids.size for ids in asked]) if asked else []
+        pooled = [(ids, bags, int(self.answered[source, t])) for source, (ids, bags) in enumerate(requests)
+                  if bags is not None and ids.size]
+        sums = []
+        if pooled:
+            shifts = np.cumsum([0] + [ids.size for ids, _, _ in pooled[:-1]])
+            starts = np.concatenate([np.searchsorted(bags, np.arange(count)) + shift
+                                     for (_, bags, count), shift in zip(pooled, shifts)])
+            summed = pooled_lookup(table, paddle.to_tensor(np.concatenate([ids for ids, _, _ in pooled])),
+                                   paddle.to_tensor(starts), mode="sum",
+                                   owner=f"{self.collection.full_name()} table '{key}'")
+            sums = _cut(summed, [count for _, _, count in pooled])
+        answers = []
+        for ids, bags in requests:
+            if ids.size:
+                answers.append((rows if bags is None else sums).pop(0))
+        return _cat(answers, dim)
 
     def train_owned(self, grads: list[paddle.Tensor]) -> None:
         """Apply each share's rule (its RowTrainer's) to the rows it answered, from their gradients as the
