@@ -13,6 +13,7 @@ import paddle
 import pytest
 from paddle.utils import unique_name
 
+import paddle_edo.kernels as kernels
 from paddle_edo.config import load_config
 from paddle_edo.distributed.sharded import ShardedCollection
 from paddle_edo.distributed.sharded.checkpoint import read_manifest
@@ -305,9 +306,17 @@ def sharded_pair(pooling, placement="auto", dims=(4, 3), bag_pooling="auto"):
     return EmbeddingCollection(plain, pooling), sharded
 
 
+@pytest.fixture(params=["kernels", "composite"])
+def ops(request, monkeypatch):
+    """The bag kernel, or Paddle's composite ops (a build without the extension), for the pooling."""
+    if request.param == "composite":
+        monkeypatch.setitem(kernels._loaded, kernels.NAME, None)
+    return request.param
+
+
 @pytest.mark.parametrize("bag_pooling", ["after_exchange", "at_owner"])
 @pytest.mark.parametrize("mode", ["none", "sum", "mean"])
-def test_a_sharded_collection_looks_up_and_pools_as_a_collection_does(mode, bag_pooling):
+def test_a_sharded_collection_looks_up_and_pools_as_a_collection_does(mode, bag_pooling, ops):
     plain, sharded = sharded_pair({"a": "none", "b": mode}, bag_pooling=bag_pooling)
     a = paddle.to_tensor([3, 0, 29, 3])
     b = paddle.to_tensor([[1, 0, 6], [0, 0, 0], [2, 2, 5], [6, 1, 0]]) if mode != "none" else paddle.to_tensor([1, 0, 6, 6])
@@ -366,7 +375,7 @@ def test_shares_trained_from_the_exchanged_gradients_train_as_their_row_trainer_
 
 @pytest.mark.parametrize("bag_pooling", ["after_exchange", "at_owner"])
 @pytest.mark.parametrize("mode", ["sum", "mean"])
-def test_bags_given_by_offsets_pool_as_a_collection_pools_them(mode, bag_pooling):
+def test_bags_given_by_offsets_pool_as_a_collection_pools_them(mode, bag_pooling, ops):
     plain, sharded = sharded_pair({"a": "none", "b": mode}, bag_pooling=bag_pooling)
     a = paddle.to_tensor([3, 0, 29, 3])
     b, offsets = paddle.to_tensor([1, 0, 6, 2, 2, 5, 6, 1, 0]), paddle.to_tensor([0, 3, 3, 6])  # an empty bag

@@ -9,7 +9,9 @@ update, a cached table's bound optimizer. A step of lookups:
    keeps each table's distinct ids, the padding id dropped, so a row crosses the network once per rank;
 2. it sends each owner the local rows it wants, all tables in one message (their counts first);
 3. each owner looks the rows up through its share's own layer, an ordinary autograd lookup;
-4. the rows go back (the ``_Exchanged`` PyLayer), and each rank gathers, zeroes padding and pools bags.
+4. the rows go back (the ``_Exchanged`` PyLayer), and each rank gathers, zeroes padding and pools bags;
+   where that sends fewer bytes (``distributed.bag_pooling``), owners pool the ids they hold of each bag
+   and send back one partial sum a bag instead, which the asking rank adds up.
 
 In the backward pass the same PyLayer sends each row's summed gradient back to its owner, where Paddle's
 autograd carries it into the share's lookup: no dense gradient and no all-reduce of a table. An fp32 share
@@ -35,6 +37,7 @@ import paddle
 from ...compat import dynamic_graph_under_sot
 from ...errors import EdoIndexError, EdoRuntimeError, EdoValueError
 from ...kernels import fused_ops
+from ...nn.bag import MODES as BAG_MODES
 from ...nn.bag import pooled_lookup
 from ...nn.base import EmbeddingBase
 from ...nn.collection import EmbeddingCollection
@@ -166,9 +169,9 @@ class _RowPlan:
         self.bags = [None if o is None else _bag_of_each_id(o, int(np.prod(i.shape)), key)
                      for key, i, o in zip(keys, ids, offsets)]  # given offsets: each id's bag
         self.exchange = collection.exchange
-        world, rank = self.exchange.world_size, self.exchange.rank
+        world = self.exchange.world_size
         self.dims = [collection[key].embedding_dim for key in keys]
-        self.shapes, self.inverse, self.valid, self.orders = [], [], [], []
+        self.shapes, self.inverse, self.valid, self.orders, self.values = [], [], [], [], []
         self.at_owner = np.zeros(len(keys), dtype=bool)          # tables whose bags pool at their owners
         counts = np.zeros([world, len(keys)], dtype=np.int64)   # [destination, table]: ids asked of each owner
         self.answers = np.zeros([world, len(keys)], dtype=np.int64)  # [owner, table]: rows each owner answers
@@ -191,6 +194,7 @@ class _RowPlan:
             full[valid] = inverse
             self.inverse.append(full)
             self.valid.append(valid)
+            self.values.append(values)
             counts[:, t] = np.bincount(owners, minlength=world)
             kept = values[valid]
             kept_owners = kept % world
@@ -256,9 +260,9 @@ class _RowPlan:
         return by_table
 
     def answer(self) -> list[paddle.Tensor]:
-        """The rows every rank asked of this one, per table, looked up through the share's own layer: with
-        autograd, or, for a share its RowTrainer trains here (``trains_here``), as plain values whose
-        gradients ``train_owned`` applies."""
+        """The rows every rank asked of this one (or the partial sums of the bags of ranks whose bags pool
+        here), per table, looked up through the share's own layer: with autograd, or, for a share its
+        RowTrainer trains here (``trains_here``), as plain values whose gradients ``train_owned`` applies."""
         self.requests = self.request()
         self.requested = [paddle.to_tensor(np.concatenate([np.zeros(0, np.int64), *(ids for ids, _ in requests)]))
                           for requests in self.requests]
@@ -366,6 +370,9 @@ class _RowPlan:
                 out[key] = self._mean(parts[t].reshape([self.batch, dim]) + tail, t)
                 continue
             rows = paddle.concat([parts[t].reshape([-1, dim]), paddle.zeros([1, dim], dtype="float32")])
+            if mode != "none" and fused_ops() is not None and rows.place.is_cpu_place():
+                out[key] = self._bag_kernel(rows, t) + tail
+                continue
             vectors = paddle.gather(rows, paddle.to_tensor(self.inverse[t])) + tail     # [n, dim]
             if self.bags[t] is not None:  # flat ids with offsets: each id's row added into its bag
                 bags = paddle.to_tensor(self.bags[t])
@@ -377,6 +384,21 @@ class _RowPlan:
                 out[key] = vectors.reshape([batch, dim * int(np.prod(shape[1:]))])
                 continue
             out[key] = self._mean(vectors.reshape([batch, shape[1], dim]).sum(axis=1), t)
+        return out
+
+    def _bag_kernel(self, rows: paddle.Tensor, t: int) -> paddle.Tensor:
+        """Table ``t``'s bags ``[batch, dim]`` pooled from its distinct ``rows`` (and the zero row after them,
+        which padding ids read) by the bag kernel, forward and back: where a gather of every id's row, its
+        pooling and the gather's scatter-add backward write an ``[ids, dim]`` tensor each."""
+        key = self.keys[t]
+        ids = self.values[t]
+        bounds = np.concatenate([np.searchsorted(self.bags[t], np.arange(self.batch)), [ids.size]]) \
+            if self.bags[t] is not None else np.arange(0, ids.size + 1, int(np.prod(self.shapes[t][1:])))
+        padding = self.collection.padding.get(key)
+        out, _ = fused_ops().edo_bag_pool(rows, paddle.to_tensor(self.inverse[t]), paddle.to_tensor(ids),
+                                          paddle.to_tensor(bounds.astype(np.int64)), paddle.zeros([0], dtype="float32"),
+                                          BAG_MODES.index(self.collection.pooling[key]), padding is not None,
+                                          0 if padding is None else int(padding))
         return out
 
     def _mean(self, summed: paddle.Tensor, t: int) -> paddle.Tensor:
