@@ -191,10 +191,10 @@ PLACEMENT_PLANS = {"row": ("row", "after_exchange"), "row_at_owner": ("row", "at
 
 def placement_bytes(rows: int = 1_000_000, dim: int = 64, batch: int = 4096, repeats: int = 20) -> list[dict]:
     """Two tables of ``rows`` x ``dim``, Zipf ids, single (not pooled) or in bags of each PLACEMENT_BAGS
-    length (summed), a global batch of ``batch`` over 2 ranks: per step (lookup and backward), the bytes each
-    rank sends and the median step time, with the tables placed by rows (bags pooled after the exchange, at
-    the owners, and as ``auto`` chooses) and placed whole (one on each rank) (this file's
-    ``--placement-probe``)."""
+    length (summed), a global batch of ``batch`` over 2 ranks: per step (lookup, backward and the Adagrad
+    rule), the bytes each rank sends and the median step time, with the tables placed by rows (bags pooled
+    after the exchange, at the owners, and as ``auto`` chooses) and placed whole (one on each rank) (this
+    file's ``--placement-probe``)."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "placement"
         subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
@@ -223,16 +223,17 @@ def _placement_probe(out: Path, rows: int, dim: int, batch: int, repeats: int) -
         for plan, (placement, bag_pooling) in PLACEMENT_PLANS.items():
             if pooling == "none" and placement == "row" and bag_pooling != "after_exchange":
                 continue  # nothing to pool
-            collection, _ = _sharded_tables(placement, ["a", "b"], rows, dim, pooling, exchange)
+            collection, trainer = _sharded_tables(placement, ["a", "b"], rows, dim, pooling, exchange)
             collection.bag_pooling = bag_pooling
             sent, times = [], []
             for _ in range(repeats):
                 dist.barrier()
                 before, start = exchange.bytes_sent, time.perf_counter()
                 collection(ids).sum().backward()
+                trainer.step()  # the rule, for shares that did not take it in the backward pass
                 times.append(time.perf_counter() - start)
                 sent.append(exchange.bytes_sent - before)
-                collection.clear_gradients()
+                trainer.clear_grad()
             row[f"{plan}_bytes"] = int(np.median(sent))
             row[f"{plan}_ms"] = float(np.median(times)) * 1e3
         found.append(row)
@@ -263,8 +264,9 @@ PLAN_NAMES = {"row": "by rows, pooled after the exchange", "row_at_owner": "by r
 
 def placement_markdown(rows: list[dict], tables: str) -> str:
     lines = [f"Tables placed by rows (bags pooled after the exchange, at the owners, or as `distributed.bag_pooling: "
-             f"auto` chooses) against whole (one on each rank): {tables}; per step (lookup and backward), KiB sent "
-             f"and median time, rank 0 / rank 1, and the bytes against by rows pooled after the exchange:", "",
+             f"auto` chooses) against whole (one on each rank): {tables}; per step, KiB sent and median time "
+             f"(lookup, backward and the Adagrad rule), rank 0 / rank 1, and the bytes against by rows pooled after "
+             f"the exchange:", "",
              "| ids per example | " + " | ".join(PLAN_NAMES.values()) + " |", "|---|" + "---|" * len(PLAN_NAMES)]
     for row in rows:
         ids = "1, not pooled" if row["pooling"] == "none" else f"bag of {row['bag_length']}, summed"

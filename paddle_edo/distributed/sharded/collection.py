@@ -309,10 +309,11 @@ class _RowPlan:
         for t, (key, local, grad, here) in enumerate(zip(self.keys, self.requested, grads, self.trained_here)):
             if not (here and local.size):
                 continue
-            if self.pooled_for[:, t].any():
-                pieces = _cut(grad, self.answered[:, t])
-                grad = _cat([piece if bags is None or not ids.size else paddle.gather(piece, paddle.to_tensor(bags))
-                             for (ids, bags), piece in zip(self.requests[t], pieces)], self.dims[t])
+            if self.pooled_for[:, t].any():  # each id's row of the gradient: its own, or its bag's (one gather)
+                starts = np.concatenate([[0], np.cumsum(self.answered[:-1, t])])
+                rows = np.concatenate([start + (np.arange(ids.size) if bags is None else bags)
+                                       for (ids, bags), start in zip(self.requests[t], starts)])
+                grad = paddle.gather(grad, paddle.to_tensor(rows))
             _apply_rule(self.collection[key], local, grad)
 
     def send_values(self, owned: list[paddle.Tensor]) -> paddle.Tensor:
