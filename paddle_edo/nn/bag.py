@@ -130,22 +130,42 @@ def _native(table: DenseEmbedding | QuantizedEmbedding, ids: paddle.Tensor, offs
     check of the ids."""
     table.check_id_dtype(ids)
     flat, bounds = _bag_bounds(ids, offsets)
-    entry_weights = paddle.zeros([0], dtype="float32") if weights is None else weights.astype("float32").reshape([-1])
-    pooling = (MODES.index(mode), padding_idx is not None, padding_idx if padding_idx is not None else 0)
     with ids_checked_by_kernel(table.full_name(), table.num_embeddings):
         if isinstance(table, QuantizedEmbedding):
             params = table.codes if table.row_params is None else table.row_params  # float formats: unused
-            out = fused_ops().edo_packed_bag_pool(flat, table.codes, params, bounds, entry_weights,
-                                                  FORMAT_NUMBERS[table.format.name], table.embedding_dim, *pooling)
+            out = fused_ops().edo_packed_bag_pool(flat, table.codes, params, bounds, _entry_weights(weights),
+                                                  FORMAT_NUMBERS[table.format.name], table.embedding_dim,
+                                                  *_pooling(mode, padding_idx))
         elif paddle.in_dynamic_mode() and paddle.is_grad_enabled() and not table.weight.stop_gradient and table.sparse:
             table.check_ids(ids)
             unique, inverse = unique_ids(flat)
             rows = distinct_rows(unique, table.weight, None)
-            out, _ = fused_ops().edo_bag_pool(rows, inverse.reshape([-1]), flat, bounds, entry_weights, *pooling)
-        else:  # Paddle records a custom operator's backward under no_grad too: a detached table records none
-            weight = table.weight.detach() if paddle.in_dynamic_mode() and not paddle.is_grad_enabled() else table.weight
-            out, _ = fused_ops().edo_bag_pool(weight, flat, flat, bounds, entry_weights, *pooling)
+            out = pool_rows(rows, inverse.reshape([-1]), flat, bounds, mode, padding_idx, weights)
+        else:
+            out = pool_rows(table.weight, flat, flat, bounds, mode, padding_idx, weights)
     return out if offsets is not None else out.reshape([*ids.shape[:-1], table.embedding_dim])
+
+
+def pool_rows(rows: paddle.Tensor, index: paddle.Tensor, ids: paddle.Tensor, bounds: paddle.Tensor, mode: str,
+              padding_idx: int | None = None, weights: paddle.Tensor | None = None) -> paddle.Tensor:
+    """The bag kernel: bags ``[B, D]`` of fp32 ``rows`` ``[R, D]`` read at ``index`` ``[N]`` (int64), bag b
+    holding entries ``bounds[b]`` .. ``bounds[b + 1]`` (``bounds`` int64 ``[B + 1]``), an entry whose
+    ``ids[j]`` is ``padding_idx`` in no bag, each weighted by ``weights`` ``[N]`` (sum); its backward gives
+    ``rows`` their gradient. With no gradient wanted the rows go in detached: Paddle records a custom
+    operator's backward under no_grad too, which would keep the rows' gradient path alive."""
+    if paddle.in_dynamic_mode() and not paddle.is_grad_enabled():
+        rows = rows.detach()
+    out, _ = fused_ops().edo_bag_pool(rows, index, ids, bounds, _entry_weights(weights), *_pooling(mode, padding_idx))
+    return out
+
+
+def _entry_weights(weights: paddle.Tensor | None) -> paddle.Tensor:
+    return paddle.zeros([0], dtype="float32") if weights is None else weights.astype("float32").reshape([-1])
+
+
+def _pooling(mode: str, padding_idx: int | None) -> tuple[int, bool, int]:
+    """The kernels' pooling attributes: mode number, whether a padding id counts in no bag, and that id."""
+    return MODES.index(mode), padding_idx is not None, int(padding_idx) if padding_idx is not None else 0
 
 
 @paddle.jit.not_to_static  # to_static would turn the shape into a tensor, and the test into a cond op

@@ -37,8 +37,7 @@ import paddle
 from ...compat import dynamic_graph_under_sot
 from ...errors import EdoIndexError, EdoRuntimeError, EdoValueError
 from ...kernels import fused_ops
-from ...nn.bag import MODES as BAG_MODES
-from ...nn.bag import pooled_lookup
+from ...nn.bag import pool_rows, pooled_lookup
 from ...nn.base import EmbeddingBase
 from ...nn.collection import EmbeddingCollection
 from ...nn.dense import DenseEmbedding
@@ -166,14 +165,16 @@ class _RowPlan:
     def __init__(self, collection: ShardedCollection, keys: list[str], ids: list[paddle.Tensor],
                  offsets: list[paddle.Tensor | None], shares: dict[str, RowShare], batch: int) -> None:
         self.collection, self.keys, self.batch = collection, keys, batch
-        self.bags = [None if o is None else _bag_of_each_id(o, int(np.prod(i.shape)), key)
-                     for key, i, o in zip(keys, ids, offsets)]  # given offsets: each id's bag
+        self.starts = [None if o is None else _bag_starts(o, int(np.prod(i.shape)), key)
+                       for key, i, o in zip(keys, ids, offsets)]  # given offsets: the bags' starts
+        self.bags = [None if s is None else np.searchsorted(s, np.arange(int(np.prod(i.shape))), side="right") - 1
+                     for s, i in zip(self.starts, ids)]  # and each id's bag
         self.exchange = collection.exchange
         world = self.exchange.world_size
         self.dims = [collection[key].embedding_dim for key in keys]
         self.shapes, self.inverse, self.valid, self.orders, self.values = [], [], [], [], []
         self.at_owner = np.zeros(len(keys), dtype=bool)          # tables whose bags pool at their owners
-        counts = np.zeros([world, len(keys)], dtype=np.int64)   # [destination, table]: ids asked of each owner
+        self.counts = np.zeros([world, len(keys)], dtype=np.int64)  # [destination, table]: ids asked of each owner
         self.answers = np.zeros([world, len(keys)], dtype=np.int64)  # [owner, table]: rows each owner answers
         self.asked: list[list[np.ndarray]] = [[] for _ in range(world)]
         for t, (key, table_ids) in enumerate(zip(keys, ids)):
@@ -195,44 +196,44 @@ class _RowPlan:
             self.inverse.append(full)
             self.valid.append(valid)
             self.values.append(values)
-            counts[:, t] = np.bincount(owners, minlength=world)
-            kept = values[valid]
-            kept_owners = kept % world
-            kept_counts = np.bincount(kept_owners, minlength=world)
-            if self._pools_at_owner(key, counts[:, t], kept_counts, self.dims[t]):
-                self.at_owner[t] = True
-                bag = self.bags[t] if self.bags[t] is not None else \
-                    np.arange(values.size) // int(np.prod(self.shapes[-1][1:]))  # [batch, L] ids: bag i // L
-                by_owner = np.argsort(kept_owners, kind="stable")
-                grouped, kept_bags = kept[by_owner] // world, bag[valid][by_owner]
-                bounds = np.concatenate([[0], np.cumsum(kept_counts)])
-                for d in range(world):  # the ids the owner holds, then their bags
-                    self.asked[d].append(np.concatenate([grouped[bounds[d]:bounds[d + 1]],
-                                                         kept_bags[bounds[d]:bounds[d + 1]]]))
-                counts[:, t] = kept_counts
-                self.answers[:, t] = np.where(kept_counts > 0, batch, 0)
+            self.counts[:, t] = np.bincount(owners, minlength=world)
+            if self._asks_pooled(t, values, valid):
                 continue
-            self.answers[:, t] = counts[:, t]
+            self.answers[:, t] = self.counts[:, t]
             grouped = distinct[order] // world
-            bounds = np.concatenate([[0], np.cumsum(counts[:, t])])
+            bounds = np.concatenate([[0], np.cumsum(self.counts[:, t])])
             for d in range(world):
                 self.asked[d].append(grouped[bounds[d]:bounds[d + 1]])
-        self.counts = counts
         self.flat_rows = self.answers.sum(axis=0)              # [table]: rows of this rank's flat answer
         self.flat_rows[self.at_owner] = batch                  # pooled: the bags' sums
 
-    def _pools_at_owner(self, key: str, distinct: np.ndarray, kept: np.ndarray, dim: int) -> bool:
-        """Whether table ``key``'s bags pool at their owners this step (``distinct`` / ``kept``: this rank's
-        distinct / kept ids each rank owns)."""
-        setting = self.collection.bag_pooling
-        if self.collection.pooling[key] == "none" or setting == "after_exchange" or not self.batch:
+    def _asks_pooled(self, t: int, values: np.ndarray, valid: np.ndarray) -> bool:
+        """Whether table ``t``'s bags pool at their owners this step (``values``: its ids, flat; ``valid``:
+        those not padding); if so, its request to each owner is set: the ids the owner holds, then their
+        bags."""
+        setting, dim, world = self.collection.bag_pooling, self.dims[t], self.exchange.world_size
+        if self.collection.pooling[self.keys[t]] == "none" or setting == "after_exchange" or not self.batch:
             return False
-        if setting == "at_owner":
-            return True
-        others = np.arange(len(distinct)) != self.exchange.rank
-        rows_bytes = int(distinct[others].sum()) * (8 + 8 * dim)
-        pooled_bytes = int(kept[others].sum()) * 16 + int((kept[others] > 0).sum()) * self.batch * 8 * dim
-        return pooled_bytes < rows_bytes
+        kept = values[valid]
+        kept_owners = kept % world
+        kept_counts = np.bincount(kept_owners, minlength=world)
+        if setting == "auto":
+            others = np.arange(world) != self.exchange.rank
+            rows_bytes = int(self.counts[others, t].sum()) * (8 + 8 * dim)
+            pooled_bytes = int(kept_counts[others].sum()) * 16 + int((kept_counts[others] > 0).sum()) * self.batch * 8 * dim
+            if pooled_bytes >= rows_bytes:
+                return False
+        bag = self.bags[t] if self.bags[t] is not None else \
+            np.arange(values.size) // int(np.prod(self.shapes[t][1:]))  # [batch, L] ids: bag i // L
+        by_owner = np.argsort(kept_owners, kind="stable")
+        grouped, kept_bags = kept[by_owner] // world, bag[valid][by_owner]
+        bounds = np.concatenate([[0], np.cumsum(kept_counts)])
+        for d in range(world):
+            self.asked[d].append(np.concatenate([grouped[bounds[d]:bounds[d + 1]], kept_bags[bounds[d]:bounds[d + 1]]]))
+        self.at_owner[t] = True
+        self.counts[:, t] = kept_counts
+        self.answers[:, t] = np.where(kept_counts > 0, self.batch, 0)
+        return True
 
     def request(self) -> list[list[tuple[np.ndarray, np.ndarray | None]]]:
         """Send each owner the ids wanted of it (with their bags where they pool there); returns, per table
@@ -391,16 +392,11 @@ class _RowPlan:
         """Table ``t``'s bags ``[batch, dim]`` pooled from its distinct ``rows`` (and the zero row after them,
         which padding ids read) by the bag kernel, forward and back: where a gather of every id's row, its
         pooling and the gather's scatter-add backward write an ``[ids, dim]`` tensor each."""
-        key = self.keys[t]
-        ids = self.values[t]
-        bounds = np.concatenate([np.searchsorted(self.bags[t], np.arange(self.batch)), [ids.size]]) \
-            if self.bags[t] is not None else np.arange(0, ids.size + 1, int(np.prod(self.shapes[t][1:])))
-        padding = self.collection.padding.get(key)
-        out, _ = fused_ops().edo_bag_pool(rows, paddle.to_tensor(self.inverse[t]), paddle.to_tensor(ids),
-                                          paddle.to_tensor(bounds.astype(np.int64)), paddle.zeros([0], dtype="float32"),
-                                          BAG_MODES.index(self.collection.pooling[key]), padding is not None,
-                                          0 if padding is None else int(padding))
-        return out
+        key, ids = self.keys[t], self.values[t]
+        bounds = np.append(self.starts[t], ids.size) if self.starts[t] is not None else \
+            np.arange(0, ids.size + 1, int(np.prod(self.shapes[t][1:])))
+        return pool_rows(rows, paddle.to_tensor(self.inverse[t]), paddle.to_tensor(ids), paddle.to_tensor(bounds),
+                         self.collection.pooling[key], self.collection.padding.get(key))
 
     def _mean(self, summed: paddle.Tensor, t: int) -> paddle.Tensor:
         """Bag sums ``[batch, dim]`` of table ``t`` as its pooling wants them: as they are, or over each bag's
@@ -614,25 +610,20 @@ def _apply_rule(table: EmbeddingBase, ids: paddle.Tensor, grad: paddle.Tensor) -
                                 [place_of(table)])
 
 
-def _bag_of_each_id(offsets: paddle.Tensor, count: int, key: str) -> np.ndarray:
-    """The bag of each of ``count`` flat ids, given the bags' starts (``offsets`` [batch], from 0, not
-    decreasing, within the ids); EdoValueError naming the table else."""
+def _bag_starts(offsets: paddle.Tensor, count: int, key: str) -> np.ndarray:
+    """The bags' starts (``offsets`` [batch]) over ``count`` flat ids, int64, checked: from 0, not
+    decreasing, within the ids; EdoValueError naming the table else."""
     starts = offsets.numpy().astype(np.int64).reshape(-1)
     if starts.size and (starts[0] != 0 or (np.diff(starts) < 0).any() or starts[-1] > count):
         raise EdoValueError(f"table {key!r}: offsets must start at 0, never decrease and stay within the {count} ids, "
                             f"got {starts.tolist()[:8]}")
-    return np.searchsorted(starts, np.arange(count), side="right") - 1
+    return starts
 
 
 def _summed(parts: list[paddle.Tensor], batch: int, dim: int) -> paddle.Tensor:
     """Partial bag sums ``[batch, dim]`` from the owners (in rank order) added up; zeros where none came."""
     kept = [p for p in parts if int(p.shape[0])]
-    if not kept:
-        return paddle.zeros([batch, dim], dtype="float32")
-    total = kept[0]
-    for part in kept[1:]:
-        total = total + part
-    return total
+    return paddle.add_n(kept) if kept else paddle.zeros([batch, dim], dtype="float32")
 
 
 def _cat(parts: list[paddle.Tensor], dim: int) -> paddle.Tensor:
