@@ -1,6 +1,10 @@
+import contextlib
+import fcntl
 import os
 import sys
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -10,6 +14,18 @@ os.environ.setdefault("GLOG_minloglevel", "2")
 # the kernels serve wherever they can, untimed: the tests compare them with the composite ops, bit for bit
 # (tests/kernels/test_calibration.py times them as users' processes do)
 os.environ.setdefault("PADDLE_EDO_KERNEL_PATHS", "fused")
+
+
+@contextlib.contextmanager
+def one_job_at_a_time() -> Iterator[None]:
+    """Multi-process jobs of the suite one at a time across its xdist workers: launchers started at once on one
+    machine hand out the same free ports (a rank's gloo connection is then refused)."""
+    with open(Path(tempfile.gettempdir()) / "paddle_edo_tests_jobs.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def small_synthetic_config(output_dir, **train):

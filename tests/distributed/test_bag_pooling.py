@@ -10,7 +10,7 @@ import numpy as np
 import paddle
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, one_job_at_a_time
 from paddle_edo.nn import EmbeddingCollection
 
 sys.path.insert(0, str(ROOT / "tests" / "distributed"))
@@ -23,9 +23,10 @@ ENV = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": str(ROOT)}
 def job(request, tmp_path_factory):
     world = request.param
     root = tmp_path_factory.mktemp(f"bags{world}")
-    done = subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(world),
-                           "--log_dir", str(root / "log"), str(ROOT / "tests" / "distributed" / "bags_job.py"),
-                           str(root)], cwd=ROOT, capture_output=True, text=True, timeout=600, env=ENV)
+    with one_job_at_a_time():
+        done = subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(world),
+                               "--log_dir", str(root / "log"), str(ROOT / "tests" / "distributed" / "bags_job.py"),
+                               str(root)], cwd=ROOT, capture_output=True, text=True, timeout=600, env=ENV)
     assert done.returncode == 0, "\n".join(p.read_text()[-3000:] for p in sorted((root / "log").glob("workerlog.*")))
     return root, world
 

@@ -10,9 +10,16 @@ from paddle_edo.config import load_config
 from paddle_edo.engine import Engine
 from paddle_edo.schema import ConfigError
 
-from conftest import ROOT
+from conftest import ROOT, one_job_at_a_time
 
 CONFIG = ROOT / "configs" / "collective_movielens.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _one_job_at_a_time():
+    with one_job_at_a_time():
+        yield
+
 
 
 def test_two_ranks_train_in_step_and_match_one_process(tmp_path):

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, one_job_at_a_time
 
 sys.path.insert(0, str(ROOT / "tests" / "distributed"))
 from exchange_job import DTYPES, MESSAGES, part  # noqa: E402
@@ -17,10 +17,11 @@ ENV_KEYS = {"GLOG_minloglevel": "2", "PYTHONPATH": str(ROOT)}
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_every_exchange_delivers_each_part_to_its_rank_and_counts_its_bytes(world, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(world),
-                           "--log_dir", str(tmp_path / "log"), str(ROOT / "tests" / "distributed" / "exchange_job.py"),
-                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **ENV_KEYS})
+    with one_job_at_a_time():
+        done = subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(world),
+                               "--log_dir", str(tmp_path / "log"), str(ROOT / "tests" / "distributed" / "exchange_job.py"),
+                               str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, **ENV_KEYS})
     assert done.returncode == 0, "\n".join(p.read_text()[-2000:] for p in sorted((tmp_path / "log").glob("workerlog.*")))
     for name in ("pairwise", "all_gather", "all_to_all"):
         for rank in range(world):

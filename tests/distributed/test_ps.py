@@ -19,11 +19,18 @@ from paddle_edo.distributed.admission import FeatureAdmission
 from paddle_edo.engine import Engine
 from paddle_edo.schema import ConfigError
 
-from conftest import ROOT
+from conftest import ROOT, one_job_at_a_time
 
 CONFIG = ROOT / "configs" / "ps_movielens.yaml"
 needs_parameter_servers = pytest.mark.skipif(
     not has_parameter_servers(), reason=f"this Paddle has no parameter servers; they run on {PARAMETER_SERVER_BUILDS}")
+
+
+@pytest.fixture(autouse=True)
+def _one_job_at_a_time():
+    with one_job_at_a_time():
+        yield
+
 
 
 def launch(out: Path, *overrides: str, log: str = "log", config: Path = CONFIG) -> subprocess.Popen:

@@ -26,7 +26,7 @@ from paddle_edo.nn.shards import RowShare, row_shares
 from paddle_edo.optim import TableOptimizer
 from paddle_edo.schema import ConfigError
 
-from conftest import ROOT
+from conftest import ROOT, one_job_at_a_time
 
 sys.path.insert(0, str(ROOT / "tests" / "distributed"))
 from sharded_job import MANIFEST, config_for, run  # noqa: E402
@@ -43,6 +43,13 @@ EXACT = 1e-6
 REORDERINGS = 3
 TWO_EPOCHS = {"dense-adam": "two-epochs", "hash-adam": "hash-two-epochs"}
 ENV = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": str(ROOT)}
+
+
+@pytest.fixture(autouse=True)
+def _one_job_at_a_time():
+    """Each test's jobs alone on the machine (the module's ``jobs`` take the lock themselves, first)."""
+    with one_job_at_a_time():
+        yield
 
 
 def launch(world: int, root, tasks, log_dir, timeout=600):
@@ -94,6 +101,11 @@ def exact_state(state: dict) -> dict:
 def jobs(tmp_path_factory):
     """One process, 2 ranks and 3 ranks on every case, and the resumes across world sizes."""
     root = tmp_path_factory.mktemp("sharded")
+    with one_job_at_a_time():
+        return _run_jobs(root)
+
+
+def _run_jobs(root):
     for task, out in [*((case, case) for case in CASES),
                       *((f"{case},epochs=2", out) for case, out in TWO_EPOCHS.items())]:
         run(root, f"{task},out={out}", 1)
