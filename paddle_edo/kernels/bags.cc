@@ -42,7 +42,7 @@ struct Fp32Rows {
   const float* rows;
   int64_t dim;
   const float* Row(int64_t r, float*) const { return rows + r * dim; }
-  void PrefetchRow(int64_t r) const { Prefetch(rows + r * dim, 4 * dim); }
+  EDO_PREFETCH void PrefetchRow(int64_t r) const { Prefetch(rows + r * dim, 4 * dim); }
 };
 
 // Rows of a packed table, decoded into the caller's scratch row.
@@ -52,7 +52,7 @@ struct PackedRows {
     table.DecodeRow(r, scratch);
     return scratch;
   }
-  void PrefetchRow(int64_t r) const { table.PrefetchRow(r); }
+  EDO_PREFETCH void PrefetchRow(int64_t r) const { table.PrefetchRow(r); }
 };
 
 const float* CheckedFp32Rows(const paddle::Tensor& rows) {
@@ -152,7 +152,7 @@ struct Fp32LaneSource {
   };
   EDO_AVX2 Row RowOf(int64_t r, int64_t start) const { return {rows + r * dim + start}; }
   template <int kVectors>
-  void PrefetchChunk(int64_t r, int64_t start) const { PrefetchSpan<32 * kVectors>(rows + r * dim + start); }
+  EDO_PREFETCH void PrefetchChunk(int64_t r, int64_t start) const { PrefetchSpan<32 * kVectors>(rows + r * dim + start); }
 };
 
 struct Fp16LaneSource {
@@ -165,7 +165,7 @@ struct Fp16LaneSource {
   };
   EDO_AVX2 Row RowOf(int64_t r, int64_t start) const { return {table.half() + r * table.row_bytes() / 2 + start}; }
   template <int kVectors>
-  void PrefetchChunk(int64_t r, int64_t start) const {
+  EDO_PREFETCH void PrefetchChunk(int64_t r, int64_t start) const {
     PrefetchSpan<16 * kVectors>(table.half() + r * table.row_bytes() / 2 + start);
   }
 };
@@ -181,7 +181,7 @@ struct Bf16LaneSource {  // the bf16 bits are the high half of the fp32 bits
   };
   EDO_AVX2 Row RowOf(int64_t r, int64_t start) const { return {table.half() + r * table.row_bytes() / 2 + start}; }
   template <int kVectors>
-  void PrefetchChunk(int64_t r, int64_t start) const {
+  EDO_PREFETCH void PrefetchChunk(int64_t r, int64_t start) const {
     PrefetchSpan<16 * kVectors>(table.half() + r * table.row_bytes() / 2 + start);
   }
 };
@@ -197,7 +197,7 @@ struct CodeChunks {
   }
   const uint16_t* Params(int64_t r) const { return table.params() + table.params_per_row() * r; }
   template <int kVectors>
-  void PrefetchChunk(int64_t r, int64_t start) const {
+  EDO_PREFETCH void PrefetchChunk(int64_t r, int64_t start) const {
     PrefetchSpan<kBits * kVectors>(Codes(r, start));
     PrefetchLine(Params(r));
   }
@@ -300,7 +300,7 @@ struct Fp32Lanes16 {
   };
   EDO_AVX512 Row RowOf(int64_t r, int64_t start) const { return {rows + r * dim + start}; }
   template <int kVectors>
-  void PrefetchChunk(int64_t r, int64_t start) const { PrefetchSpan<64 * kVectors>(rows + r * dim + start); }
+  EDO_PREFETCH void PrefetchChunk(int64_t r, int64_t start) const { PrefetchSpan<64 * kVectors>(rows + r * dim + start); }
 };
 
 struct Int8Lanes16 : CodeChunks<8> {
@@ -318,7 +318,7 @@ struct Int8Lanes16 : CodeChunks<8> {
     return {lanes.codes, _mm512_set1_ps(lanes.scale), _mm512_set1_ps(lanes.offset)};
   }
   template <int kVectors>
-  void PrefetchChunk(int64_t r, int64_t start) const {
+  EDO_PREFETCH void PrefetchChunk(int64_t r, int64_t start) const {
     PrefetchSpan<16 * kVectors>(Codes(r, start));
     PrefetchLine(Params(r));
   }

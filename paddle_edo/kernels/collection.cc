@@ -177,7 +177,7 @@ void LookUpExample(const Tables& tables, int64_t b, float* out) {
   }
 }
 
-void PrefetchExample(const Tables& tables, int64_t b) {
+EDO_PREFETCH void PrefetchExample(const Tables& tables, int64_t b) {
   for (int64_t t = 0; t < tables.count; ++t) {
     if (tables.quantized[t] != nullptr) continue;  // the batch's own rows, just written
     for (int64_t j = tables.Start(t, b); j < tables.Start(t, b + 1); ++j) {
@@ -302,7 +302,7 @@ struct TableRule {
   int64_t RowBytes2(int64_t dim) const { return StateRowBytes(Width2(dim), state_format); }
 
   // Asks for the row's weights and state ahead of their update.
-  void Prefetch(const float* weight, int64_t row, int64_t dim) const {
+  EDO_PREFETCH void Prefetch(const float* weight, int64_t row, int64_t dim) const {
     ::Prefetch(weight + row * dim, sizeof(float) * dim);
     const int64_t bytes1 = RowBytes1(dim), bytes2 = RowBytes2(dim);
     if (bytes1 > 0) ::Prefetch(static_cast<const char*>(state1) + row * bytes1, bytes1);

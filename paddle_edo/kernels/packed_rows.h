@@ -347,7 +347,7 @@ class PackedTable {
   const uint16_t* params() const { return params_; }
   int params_per_row() const { return params_per_row_; }
 
-  void PrefetchRow(int64_t id) const {
+  EDO_PREFETCH void PrefetchRow(int64_t id) const {
     if (half_ != nullptr) {
       Prefetch(half_ + id * dim_, row_bytes_);
     } else {  // a row's codes and its parameters live in two arrays: two reads
