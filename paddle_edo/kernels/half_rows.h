@@ -43,41 +43,33 @@ inline uint16_t Bf16Bits(float x) {
   return static_cast<uint16_t>(((bits >> 16) & 0x8000u) | (((bits & 0x7FFFFFFFu) + 0x8000u) >> 16));
 }
 
-// Eight values at a time with AVX2: the same arithmetic lane by lane. Where all eight are fp16 normals,
-// (m + 2^12) >> 13 is F16C's conversion of the bits m + 2^12 toward zero (the sign rides along, as no
-// carry reaches it), one instruction for the integer steps.
+// Eight values at a time with AVX2, the same bits, without a branch on the values (a branch to a slower
+// path for zeros and fp16 subnormals mispredicts on tables of small values, as initial ones are). fp16: F16C's
+// conversion toward zero of a value moved half a unit away from zero first, so that truncation rounds ties
+// away. A normal's half unit is bit 12 of its fp32 bits, (bits + 2^12) then (the sign rides along: no carry
+// reaches it). Below fp16's smallest normal a unit is 2^-24 at every exponent: |x| + 2^-25 is added as
+// floats, exact enough that the truncation lands as the integer steps' round(|x| 2^24, ties away) except
+// for |x| < 2^-25 (the fp32 just below 2^-25 would add up to 2^-24), which round to a signed zero; checked
+// against Fp16Bits for every finite fp32. bf16: after the clip, (bits + 2^15) >> 16 of the whole value.
 template <int kHalf>
 __attribute__((target("avx2,f16c"))) inline __m128i HalfLanes(__m256 x) {
   const float limit = kHalf == kHalfFp16 ? kFp16Max : kBf16Max;
   x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-limit)), _mm256_set1_ps(limit));
   const __m256i bits = _mm256_castps_si256(x);
-  const __m256i magnitude = _mm256_and_si256(bits, _mm256_set1_epi32(0x7FFFFFFF));
-  if (kHalf == kHalfFp16) {
-    const __m256i is_normal = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(kSmallestNormalFp16Bits - 1));
-    if (_mm256_movemask_ps(_mm256_castsi256_ps(is_normal)) == 0xFF) {
-      return _mm256_cvtps_ph(_mm256_castsi256_ps(_mm256_add_epi32(bits, _mm256_set1_epi32(0x1000))),
-                             _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    }
-  }
-  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x8000));
-  __m256i half;
   if (kHalf == kHalfBf16) {
-    half = _mm256_srli_epi32(_mm256_add_epi32(magnitude, _mm256_set1_epi32(0x8000)), 16);
-  } else {
-    // (m >> 13) plus bit 12 of m, as one carry: (m + 2^12) >> 13
-    half = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_add_epi32(magnitude, _mm256_set1_epi32(0x1000)), 13),
-                            _mm256_set1_epi32(kFp16ExponentShift));
-    const __m256i is_normal = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(kSmallestNormalFp16Bits - 1));
-    if (_mm256_movemask_ps(_mm256_castsi256_ps(is_normal)) != 0xFF) {  // zeros and fp16 subnormals: rare
-      const __m256 units = _mm256_mul_ps(_mm256_castsi256_ps(magnitude), _mm256_set1_ps(16777216.0f));
-      const __m256 whole = _mm256_round_ps(units, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-      const __m256 up = _mm256_and_ps(_mm256_cmp_ps(_mm256_sub_ps(units, whole), _mm256_set1_ps(0.5f), _CMP_GE_OQ),
-                                      _mm256_set1_ps(1.0f));
-      half = _mm256_blendv_epi8(_mm256_cvttps_epi32(_mm256_add_ps(whole, up)), half, is_normal);
-    }
+    const __m256i half = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x8000)), 16);
+    const __m256i packed = _mm256_packus_epi32(half, _mm256_setzero_si256());
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));  // the low halves of both lanes
   }
-  const __m256i packed = _mm256_packus_epi32(_mm256_or_si256(half, sign), _mm256_setzero_si256());
-  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));  // the low halves of both lanes
+  constexpr int32_t kHalfSubnormalUnitBits = 0x33000000;  // 2^-25 as fp32 bits
+  const __m256i magnitude = _mm256_and_si256(bits, _mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i sign = _mm256_andnot_si256(_mm256_set1_epi32(0x7FFFFFFF), bits);
+  const __m256 half_unit = _mm256_castsi256_ps(_mm256_or_si256(sign, _mm256_set1_epi32(kHalfSubnormalUnitBits)));
+  const __m256i below_half_unit = _mm256_cmpgt_epi32(_mm256_set1_epi32(kHalfSubnormalUnitBits), magnitude);
+  const __m256i small = _mm256_blendv_epi8(_mm256_castps_si256(_mm256_add_ps(x, half_unit)), sign, below_half_unit);
+  const __m256i is_normal = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(kSmallestNormalFp16Bits - 1));
+  const __m256i moved = _mm256_blendv_epi8(small, _mm256_add_epi32(bits, _mm256_set1_epi32(0x1000)), is_normal);
+  return _mm256_cvtps_ph(_mm256_castsi256_ps(moved), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
 }
 
 template <int kHalf>

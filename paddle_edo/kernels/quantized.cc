@@ -21,7 +21,8 @@ constexpr int64_t kHalfBlock = 8;
 const int64_t* CheckedIds(const paddle::Tensor& ids, const PackedTable& table) {
   PD_CHECK(ids.is_cpu() && ids.dtype() == paddle::DataType::INT64, "ids must be int64 on the CPU");
   const int64_t* id = ids.data<int64_t>();
-  for (int64_t i = 0; i < ids.numel(); ++i) {
+  const int64_t n = ids.numel();  // a call into Paddle: not in the loop's condition
+  for (int64_t i = 0; i < n; ++i) {
     PD_CHECK(id[i] >= 0 && id[i] < table.rows(), "id ", id[i], " is outside [0, ", table.rows(), ")");
   }
   return id;

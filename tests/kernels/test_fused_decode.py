@@ -303,3 +303,28 @@ def test_fp16_outputs_round_ties_away_from_zero_in_every_binade(monkeypatch):
         nearest_even = values.numpy().astype(np.float16).astype(np.float32)
         assert (fused != nearest_even).sum() >= 16   # ties that rounding to even would take towards zero
     assert fused[0, 62] == -2.0 ** -24 and fused[1, 2] == 2.0 ** -24   # -0.5 and 0.5 units: away, not to 0
+
+
+def test_fp16_outputs_at_the_edges_of_the_subnormal_rounding(monkeypatch):
+    # the kernels round below fp16's smallest normal by adding half a unit (2^-25) and truncating: values
+    # about 2^-25 (half a unit: 0 or one unit), about 1.5 units (a tie), about the smallest normal, and
+    # far below any unit, each sign, bf16 values (exact in bf16, with eight bits below their leading one)
+    edges = [0.0, 2.0 ** -100, 2.0 ** -26, 2.0 ** -25 - 2.0 ** -33, 2.0 ** -25, 2.0 ** -25 + 2.0 ** -32,
+             1.5 * 2.0 ** -24 - 2.0 ** -31, 1.5 * 2.0 ** -24, 1.5 * 2.0 ** -24 + 2.0 ** -31,
+             2.0 ** -14 - 2.0 ** -22, 2.0 ** -14, 2.0 ** -14 + 2.0 ** -21]
+    values = np.array([sign * edge for edge in edges for sign in (1.0, -1.0)], np.float32)
+    assert (paddle.to_tensor(values).astype("bfloat16").astype("float32").numpy() == values).all()
+    table = packed_table("bf16", 3, values.size)
+    with paddle.no_grad():
+        table.bf16_codes[1] = paddle.to_tensor(values).astype("bfloat16")
+        table.output_dtype = "float16"
+        ids = paddle.to_tensor(np.array([1], np.int64))
+        fused = widened(table(ids))[0]
+    expected = widened(codecs.round_to_float(paddle.to_tensor(values), "float16"))
+    np.testing.assert_array_equal(fused.view(np.uint32), expected.view(np.uint32))
+    np.testing.assert_array_equal(fused.view(np.uint32), widened(composite(monkeypatch, table, ids))[0].view(np.uint32))
+    units = np.abs(fused[:8]) / 2.0 ** -24
+    np.testing.assert_array_equal(units, [0, 0, 0, 0, 0, 0, 0, 0])
+    assert list(np.abs(fused[8:12]) / 2.0 ** -24) == [1, 1, 1, 1]            # 2^-25 ties away; just above
+    assert list(np.abs(fused[12:18]) / 2.0 ** -24) == [1, 1, 2, 2, 2, 2]      # 1.5 units: below, tie, above
+    assert (np.signbit(fused) == np.signbit(values)).all()
