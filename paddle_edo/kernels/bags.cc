@@ -231,8 +231,7 @@ EDO_AVX2 void AddChunk(__m256* acc, const Row& row, float w) {
 // entries skipped) into out. Each entry prefetches its own columns of the row kPrefetchDistance entries on
 // (padding entries too: a prefetch reads nothing), but for the last kPrefetchDistance entries of the batch.
 template <int kVectors, bool kWeighted, bool kPadded, typename Source>
-__attribute__((target("avx2,f16c"))) void SumChunkAvx2(const Bags& bags, const Source& source, int64_t b,
-                                                       int64_t start, float* out) {
+EDO_AVX2 void SumChunkAvx2(const Bags& bags, const Source& source, int64_t b, int64_t start, float* out) {
   const int64_t* const index = bags.index;
   const int64_t* const ids = bags.ids;
   const float* const weights = bags.weights;
@@ -255,7 +254,7 @@ __attribute__((target("avx2,f16c"))) void SumChunkAvx2(const Bags& bags, const S
 // A summed bag's end: zeros where no entry counted (an empty bag, in every mode, weighted too), the sum
 // divided by the count for a mean.
 template <bool kPadded>
-void FinishBag(const Bags& bags, int mode, int64_t b, float* acc) {
+inline void FinishBag(const Bags& bags, int mode, int64_t b, float* acc) {
   int64_t count = bags.offsets[b + 1] - bags.offsets[b];
   if (kPadded) {
     for (int64_t j = bags.offsets[b]; j < bags.offsets[b + 1]; ++j) count -= bags.Skipped(j);
@@ -268,8 +267,10 @@ void FinishBag(const Bags& bags, int mode, int64_t b, float* acc) {
   }
 }
 
+// Inlined, with its chunks, into the loop over the bags: a call per bag (and the stack frame of one) costs as
+// much as a bag of one row takes (fp32 bags of one id, 1e6 x 64 table, AMD EPYC Zen 3).
 template <bool kWeighted, bool kPadded, typename Source>
-void SumBagAvx2(const Bags& bags, const Source& source, int mode, int64_t b, float* out) {
+EDO_AVX2 void SumBagAvx2(const Bags& bags, const Source& source, int mode, int64_t b, float* out) {
   const int64_t dim = bags.dim;
   float* acc = out + b * dim;
   for (int64_t start = 0; start < dim; start += 64) {
@@ -374,7 +375,7 @@ bool RegisterPathServes(int mode, int64_t dim) {
 }
 
 template <bool kWeighted, bool kPadded, typename Source>
-void SumBagsAvx2(const Bags& bags, const Source& source, int mode, float* out) {
+__attribute__((target("avx2,f16c"))) void SumBagsAvx2(const Bags& bags, const Source& source, int mode, float* out) {
 #pragma omp parallel for if (bags.num_bags > kParallelBags)
   for (int64_t b = 0; b < bags.num_bags; ++b) SumBagAvx2<kWeighted, kPadded>(bags, source, mode, b, out);
 }

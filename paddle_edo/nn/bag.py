@@ -12,6 +12,8 @@ increasing order (what lazy Adam updates without merging).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import paddle
 
@@ -34,6 +36,7 @@ def pooled_lookup(table: EmbeddingBase, ids: paddle.Tensor, offsets: paddle.Tens
                   padding_idx: int | None = None, owner: str = "pooled_lookup") -> paddle.Tensor:
     """Pool ``table``'s rows by bag: ids [..., L] -> [..., D], or flat ids [N] with ``offsets`` [B] (the
     start of each bag) -> [B, D]. Ids equal to ``padding_idx`` count in no bag."""
+    table.check_id_dtype(ids)
     if mode not in MODES:
         raise EdoValueError(f"{owner}: mode = {mode!r}; expected one of {', '.join(map(repr, MODES))}")
     if getattr(table, "output_dtype", "float32") != "float32":
@@ -116,10 +119,19 @@ def _pools_for_training(table: EmbeddingBase) -> bool:
 def _bag_bounds(ids: paddle.Tensor, offsets: paddle.Tensor | None) -> tuple[paddle.Tensor, paddle.Tensor]:
     """(flat int64 ids [N], offsets [B + 1]: bag b holds entries offsets[b] .. offsets[b + 1])."""
     flat = int64_ids(ids).reshape([-1])
+    if offsets is None and paddle.in_dynamic_mode():
+        return flat, _padded_bounds(flat.shape[0], ids.shape[-1])
     n = paddle.shape(flat).astype("int64")
     if offsets is None:
         return flat, paddle.arange(0, n[0] + 1, ids.shape[-1], dtype="int64")
     return flat, paddle.concat([offsets.astype("int64"), n])
+
+
+@functools.lru_cache(maxsize=16)
+def _padded_bounds(count: int, length: int) -> paddle.Tensor:
+    """The bounds of padded bags of ``length`` ids, ``count`` ids in all, made once per shape: Paddle's arange
+    of a batch's bags took a tenth of a bag kernel's time (bags of one id)."""
+    return paddle.to_tensor(np.arange(0, count + 1, length, dtype=np.int64))
 
 
 def _native(table: DenseEmbedding | QuantizedEmbedding, ids: paddle.Tensor, offsets: paddle.Tensor | None,
@@ -128,7 +140,6 @@ def _native(table: DenseEmbedding | QuantizedEmbedding, ids: paddle.Tensor, offs
     gradient is one sparse row per distinct id), or a packed table's rows decoded as they are pooled. The
     kernels refuse ids outside the table before reading any row; the distinct rows are gathered after a
     check of the ids."""
-    table.check_id_dtype(ids)
     flat, bounds = _bag_bounds(ids, offsets)
     with ids_checked_by_kernel(table.full_name(), table.num_embeddings):
         if isinstance(table, QuantizedEmbedding):
@@ -160,7 +171,15 @@ def pool_rows(rows: paddle.Tensor, index: paddle.Tensor, ids: paddle.Tensor, bou
 
 
 def _entry_weights(weights: paddle.Tensor | None) -> paddle.Tensor:
-    return paddle.zeros([0], dtype="float32") if weights is None else weights.astype("float32").reshape([-1])
+    if weights is not None:
+        return weights.astype("float32").reshape([-1])
+    return _no_weights() if paddle.in_dynamic_mode() else paddle.zeros([0], dtype="float32")
+
+
+@functools.lru_cache(maxsize=1)
+def _no_weights() -> paddle.Tensor:
+    """The kernels' "no weights" input in dynamic graph, made once."""
+    return paddle.zeros([0], dtype="float32")
 
 
 def _pooling(mode: str, padding_idx: int | None) -> tuple[int, bool, int]:
@@ -260,7 +279,6 @@ class EmbeddingBag(CompositeEmbedding):
     @dynamic_graph_under_sot
     def forward(self, ids: paddle.Tensor, offsets: paddle.Tensor | None = None,
                 per_sample_weights: paddle.Tensor | None = None) -> paddle.Tensor:
-        self.table.check_id_dtype(ids)
         return pooled_lookup(self.table, ids, offsets, per_sample_weights, self.mode, self.padding_idx,
                              owner=self.full_name())
 

@@ -15,8 +15,8 @@ PREFETCHING = {  # object file -> demangled names of functions whose loops prefe
                     "QuantizedLookupHalf<0>(", "QuantizedLookupHalf<1>("],
     "collection.o": ["CollectionLookup(", "CollectionUpdate("],
     "lookups.o": ["DenseLookup(", "HashLookup(", "MixedDimLookup("],
-    "bags.o": ["PackedBagPool(", "SumChunkAvx2<8, false, false, (anonymous namespace)::Fp32LaneSource>",
-               "SumChunkAvx2<2, false, false, (anonymous namespace)::Int8LaneSource>"],
+    "bags.o": ["PackedBagPool(", "SumBagsAvx2<false, false, (anonymous namespace)::Fp32LaneSource>",
+               "SumBagsAvx2<false, false, (anonymous namespace)::Int8LaneSource>"],
 }
 
 
