@@ -430,7 +430,7 @@ def cache_benchmark(quick: bool, skip_hit_rates: bool, threads: int, out: Path) 
                   for rows in ([100_000] if quick else [1_000_000, 10_000_000])]
     for result in step_times:
         result["settings"].update(threads=threads, malloc=MALLOC)
-    stem.with_suffix(".json").write_text(json.dumps({"hit_rates": hit_rates, "step_time": step_times}, indent=2))
+    write_json(stem.with_suffix(".json"), {"hit_rates": hit_rates, "step_time": step_times}, threads)
     table = bench_cache.markdown(hit_rates, step_times)
     table = write_report(stem.with_suffix(".md"), table, threads)
     print(table)
@@ -440,7 +440,7 @@ def cache_benchmark(quick: bool, skip_hit_rates: bool, threads: int, out: Path) 
 def run_shared_lookups(args: argparse.Namespace, out: Path) -> int:
     """Lookup speed of the shared tables against fp32."""
     result = shared_lookup_benchmark(1_000_000, 64, 4096, 26, 1.05, 15, args.threads)
-    (out / "shared_lookups.json").write_text(json.dumps(result, indent=2))
+    write_json(out / "shared_lookups.json", result, args.threads)
     print(f"fused kernels: {result['settings']['fused_kernels']}")
     modes = list(result["ms"])
     print("| layer | " + " | ".join(f"{mode} | vs fp32" for mode in modes) + " |")
@@ -457,7 +457,7 @@ def run_shared(args: argparse.Namespace, out: Path) -> int:
     synthetic = args.data == "synthetic"
     results = shared_benchmark(SYNTHETIC_DATA if synthetic else None, SYNTHETIC_RUNS if synthetic else None)
     stem = "shared_synthetic" if synthetic else "shared"
-    (out / f"{stem}.json").write_text(json.dumps(results, indent=2))
+    write_json(out / f"{stem}.json", results, args.threads)
     data_name = "synthetic Zipf, 4 fields x 1e6 ids" if synthetic else "MovieLens-100K"
     plot_pareto(results, out / f"{stem}.png", f"{data_name}, DeepFM: AUC against table memory")
     for r in results:
@@ -476,9 +476,8 @@ def run_lookups(args: argparse.Namespace, out: Path) -> int:
     for result in results:
         result["settings"].update(threads=args.threads, malloc=MALLOC)
     paths = served()
-    (out / "lookups.json").write_text(json.dumps({"copy_gb_per_s": bandwidth, "results": results,
-                                                  "quantized_training_steps": training, "kernel_paths": paths},
-                                                 indent=2))
+    write_json(out / "lookups.json", {"copy_gb_per_s": bandwidth, "results": results,
+                                      "quantized_training_steps": training, "kernel_paths": paths}, args.threads)
     table = bench_lookups.markdown(results, training, bandwidth, paths)
     table = write_report(out / "lookups.md", table, args.threads)
     print(table)
@@ -493,7 +492,7 @@ def run_collection(args: argparse.Namespace, out: Path) -> int:
         result = bench_collection.main_collection(args.rows_cap, args.batch, args.dim, args.repeats, args.threads,
                                                   args.peers, Path(folder), engine_rows=args.engine_rows)
     result["settings"].update(malloc=MALLOC, processor=processor_name())
-    (out / "collection.json").write_text(json.dumps(result, indent=2))
+    write_json(out / "collection.json", result, args.threads)
     table = write_report(out / "collection.md", bench_collection.markdown(result), args.threads)
     print(table)
     return 0
@@ -526,11 +525,18 @@ def write_report(path: Path, table: str, threads: int) -> str:
     return table
 
 
+def write_json(path: Path, result, threads: int) -> None:
+    """Write a part's JSON report with the machine it ran on (``machine``), as its markdown report opens."""
+    record = {"machine": machine(threads), **result} if isinstance(result, dict) else \
+        {"machine": machine(threads), "results": result}
+    path.write_text(json.dumps(record, indent=2, ensure_ascii=False))
+
+
 def run_to_static(args: argparse.Namespace, out: Path) -> int:
     """Training examples/s with train.to_static beside dynamic graph."""
     result = to_static_benchmark(args.repeats)
     result["settings"].update(threads=args.threads, malloc=MALLOC)
-    (out / "to_static.json").write_text(json.dumps(result, indent=2))
+    write_json(out / "to_static.json", result, args.threads)
     for name, value in result["examples_per_second"].items():
         print(f"| {name} | {value:,.0f} examples/s | test AUC {result['test_auc'][name]:.4f} |")
     print(f"to_static / dygraph: {result['to_static_vs_dygraph']:.2f}x")
@@ -541,7 +547,7 @@ def run_monitor(args: argparse.Namespace, out: Path) -> int:
     """Cost of VisualDL monitoring on the MovieLens training loop."""
     print(f"monitor overhead: MovieLens-100K, 1 epoch x {args.repeats}, {args.threads} threads, {MALLOC}")
     result = monitor_benchmark(args.repeats)
-    (out / "monitor.json").write_text(json.dumps(result, indent=2))
+    write_json(out / "monitor.json", result, args.threads)
     print("| monitoring | epoch | end to end | training thread in hooks | worker thread CPU |")
     for name, pct in result["overhead_pct"].items():
         print(f"| {name} | {result['median_seconds'][name]:.2f} s | {pct:+.1f}% | "
@@ -560,7 +566,7 @@ def run_ps(args: argparse.Namespace, out: Path) -> int:
     from tools import bench_ps
 
     result = bench_ps.ps_benchmark()
-    (out / "ps.json").write_text(json.dumps(result, indent=2))
+    write_json(out / "ps.json", result, args.threads)
     print(json.dumps(result, indent=2))
     return 0
 
@@ -585,6 +591,7 @@ def run_text(args: argparse.Namespace, out: Path) -> int:
     for name in args.parts:  # each part is written as soon as it is measured
         print(f"{name}:", flush=True)
         result[name] = parts[name]()
+        result.setdefault("machines", {})[name] = machine(args.threads)
         path.write_text(json.dumps(result, indent=2, ensure_ascii=False))
     missing = [name for name in parts if name not in result]
     if missing:
@@ -607,7 +614,7 @@ def run_quantized(args: argparse.Namespace, out: Path) -> int:
     else:
         print("quality: MovieLens-100K, configs/movielens_dense.yaml with each embedding", flush=True)
         quality = quality_benchmark(args.quick, 1 if args.quick else None)
-    (out / "quantized.json").write_text(json.dumps({"lookup": lookup, "quality": quality}, indent=2))
+    write_json(out / "quantized.json", {"lookup": lookup, "quality": quality}, args.threads)
     table = markdown(lookup, quality)
     table = write_report(out / "quantized.md", table, args.threads)
     plot(lookup, quality, out / "quantized.png")
@@ -624,7 +631,7 @@ def run_planner(args: argparse.Namespace, out: Path) -> int:
     kept = json.loads(path.read_text()) if path.is_file() else {}
     for data in args.data:
         print(f"planner: {data}, {args.threads} threads", flush=True)
-        kept[data] = bench_planner.planner_benchmark(data)
+        kept[data] = {**bench_planner.planner_benchmark(data), "machine": machine(args.threads)}
         path.write_text(json.dumps(kept, indent=2))
     results = list(kept.values())
     table = write_report(out / "planner.md", "\n\n".join(bench_planner.markdown(r) for r in results), args.threads)
@@ -644,7 +651,7 @@ def run_packing(args: argparse.Namespace, out: Path) -> int:
     result["auc"] = bench_packing.auc_benchmark()
     print("packing: resident memory", flush=True)
     result["memory"] = bench_packing.memory_benchmark()
-    (out / "packing.json").write_text(json.dumps(result, indent=2))
+    write_json(out / "packing.json", result, args.threads)
     table = bench_packing.markdown(result)
     table = write_report(out / "packing.md", table, args.threads)
     print(table)
@@ -655,7 +662,9 @@ def run_versions(args: argparse.Namespace, out: Path) -> int:
     """Two runs of `bench.py lookups` (one per Paddle, each ratio measured in its own run) side by side."""
     runs = [json.loads(Path(path).read_text()) for path in args.lookups]
     names = args.names
-    lines = ["copy bandwidth: " + ", ".join(f"{r['copy_gb_per_s']:.1f} GB/s ({n})" for n, r in zip(names, runs)), ""]
+    lines = ["copy bandwidth: " + ", ".join(f"{r['copy_gb_per_s']:.1f} GB/s ({n})" for n, r in zip(names, runs)),
+             "processors: " + "; ".join(f"{n}: {r['machine']['processor']}, the kernels' {r['machine']['kernel_isa']} path"
+                                        if "machine" in r else f"{n}: not recorded" for n, r in zip(names, runs)), ""]
     for results in zip(*(r["results"] for r in runs)):
         settings = results[0]["settings"]
         lines += [f"#### {settings['rows']:,} x {settings['dim']}, {settings['distribution']} ids", "",
@@ -699,7 +708,7 @@ def run_data(args: argparse.Namespace, out: Path) -> int:
             print(f"scale run: {args.scale_rows:,} rows", flush=True)
             big = bench_data.criteo_files(cache / f"criteo-{args.scale_rows}", args.scale_rows)
             result["scale"] = bench_data.scale_run(big, Path(runs) / "scale")
-    (out / "data.json").write_text(json.dumps(result, indent=2))
+    write_json(out / "data.json", result, args.threads)
     table = bench_data.markdown(result)
     table = write_report(out / "data.md", table, args.threads)
     print(table)
@@ -713,7 +722,7 @@ def run_serving(args: argparse.Namespace, out: Path) -> int:
     result = bench_serving.serving_benchmark(args.export_rows, args.retrieval_rows, args.service_rows, args.rate,
                                              args.seconds)
     result["settings"] = {"threads": args.threads, "malloc": MALLOC}
-    (out / "serving.json").write_text(json.dumps(result, indent=2))
+    write_json(out / "serving.json", result, args.threads)
     table = bench_serving.markdown(result)
     table = write_report(out / "serving.md", table, args.threads)
     print(table)
@@ -728,7 +737,7 @@ def run_training_memory(args: argparse.Namespace, out: Path) -> int:
                                                              args.runs)
     result["settings"] = {"threads": args.threads, "malloc": MALLOC, "processor": processor_name(),
                           "paddle": paddle.__version__}
-    (out / "training_memory.json").write_text(json.dumps(result, indent=2))
+    write_json(out / "training_memory.json", result, args.threads)
     table = write_report(out / "training_memory.md", bench_training_memory.markdown(result), args.threads)
     print(table)
     return 0
@@ -741,7 +750,7 @@ def run_redis(args: argparse.Namespace, out: Path) -> int:
 
     result = bench_redis.redis_benchmark(args.rows, args.dim, args.repeats, args.lookups, args.rate, args.seconds)
     result["settings"].update(threads=args.threads, malloc=MALLOC, processor=processor_name())
-    (out / "redis.json").write_text(json.dumps(result, indent=2))
+    write_json(out / "redis.json", result, args.threads)
     table = write_report(out / "redis.md", bench_redis.markdown(result), args.threads)
     print(table)
     return 0
@@ -757,18 +766,17 @@ def run_sharded(args: argparse.Namespace, out: Path) -> int:
         shapes = f"2 x {args.rows:,} x {args.dim}, global batch {args.batch}, Zipf(1.2) ids"
         if "placement" in args.only:
             rows = bench_sharded.placement_bytes(args.rows, args.dim, args.batch)
-            (out / "sharded_placement.json").write_text(json.dumps(
-                {"rows": args.rows, "dim": args.dim, "batch": args.batch, "placement": rows, "settings": settings},
-                indent=2))
+            write_json(out / "sharded_placement.json", {"rows": args.rows, "dim": args.dim, "batch": args.batch,
+                                                        "placement": rows, "settings": settings}, args.threads)
             print(write_report(out / "sharded_placement.md", bench_sharded.placement_markdown(rows, shapes),
                                args.threads))
         if "peers" in args.only:
             if not args.peers:
                 raise SystemExit("bench.py sharded --only peers needs --peers (a Python with torchrec: make setup-peers)")
             rows = bench_sharded.peer_steps(args.peers, args.fields, args.rows, args.dim, args.batch)
-            (out / "sharded_peers.json").write_text(json.dumps(
-                {"fields": args.fields, "rows": args.rows, "dim": args.dim, "batch": args.batch, "runs": rows,
-                 "settings": settings}, indent=2))
+            write_json(out / "sharded_peers.json", {"fields": args.fields, "rows": args.rows, "dim": args.dim,
+                                                    "batch": args.batch, "runs": rows, "settings": settings},
+                       args.threads)
             tables = f"{args.fields} x {args.rows:,} x {args.dim}, one Zipf(1.2) id per example and table, global " \
                      f"batch {args.batch}"
             print(write_report(out / "sharded_peers.md", bench_sharded.peers_markdown(rows, tables), args.threads))
@@ -776,7 +784,7 @@ def run_sharded(args: argparse.Namespace, out: Path) -> int:
     result = bench_sharded.sharded_benchmark(args.fields, args.rows, args.dim, args.samples, args.batch,
                                              Path(args.criteo) if args.criteo else None, peers=args.peers)
     result["settings"] = {"threads": args.threads, "malloc": MALLOC, "processor": processor_name()}
-    (out / "sharded.json").write_text(json.dumps(result, indent=2))
+    write_json(out / "sharded.json", result, args.threads)
     print(write_report(out / "sharded.md", bench_sharded.markdown(result), args.threads))
     return 0
 
@@ -792,7 +800,7 @@ def run_capacity(args: argparse.Namespace, out: Path) -> int:
                                                if args.bracket_from else None)
     result["settings"] = {"threads": args.threads, "malloc": MALLOC, "processor": processor_name(),
                           "paddle": paddle.__version__}
-    (out / "capacity.json").write_text(json.dumps(result, indent=2))
+    write_json(out / "capacity.json", result, args.threads)
     print(write_report(out / "capacity.md", bench_capacity.markdown(result), args.threads))
     return 0
 
