@@ -129,9 +129,9 @@ def _bag_bounds(ids: paddle.Tensor, offsets: paddle.Tensor | None) -> tuple[padd
 
 @functools.lru_cache(maxsize=16)
 def _padded_bounds(count: int, length: int) -> paddle.Tensor:
-    """The bounds of padded bags of ``length`` ids, ``count`` ids in all, made once per shape: Paddle's arange
-    of a batch's bags took a tenth of a bag kernel's time (bags of one id)."""
-    return paddle.to_tensor(np.arange(0, count + 1, length, dtype=np.int64))
+    """The bounds of padded bags of ``length`` ids, ``count`` ids in all, for the CPU kernels, made once per
+    shape: Paddle's arange of a batch's bags took a tenth of a bag kernel's time (bags of one id)."""
+    return paddle.to_tensor(np.arange(0, count + 1, length, dtype=np.int64), place=paddle.CPUPlace())
 
 
 def _native(table: DenseEmbedding | QuantizedEmbedding, ids: paddle.Tensor, offsets: paddle.Tensor | None,
@@ -178,8 +178,8 @@ def _entry_weights(weights: paddle.Tensor | None) -> paddle.Tensor:
 
 @functools.lru_cache(maxsize=1)
 def _no_weights() -> paddle.Tensor:
-    """The kernels' "no weights" input in dynamic graph, made once."""
-    return paddle.zeros([0], dtype="float32")
+    """The CPU kernels' "no weights" input in dynamic graph, made once."""
+    return paddle.to_tensor(np.zeros([0], np.float32), place=paddle.CPUPlace())
 
 
 def _pooling(mode: str, padding_idx: int | None) -> tuple[int, bool, int]:
