@@ -36,7 +36,6 @@ def pooled_lookup(table: EmbeddingBase, ids: paddle.Tensor, offsets: paddle.Tens
                   padding_idx: int | None = None, owner: str = "pooled_lookup") -> paddle.Tensor:
     """Pool ``table``'s rows by bag: ids [..., L] -> [..., D], or flat ids [N] with ``offsets`` [B] (the
     start of each bag) -> [B, D]. Ids equal to ``padding_idx`` count in no bag."""
-    table.check_id_dtype(ids)
     if mode not in MODES:
         raise EdoValueError(f"{owner}: mode = {mode!r}; expected one of {', '.join(map(repr, MODES))}")
     if getattr(table, "output_dtype", "float32") != "float32":
@@ -140,6 +139,7 @@ def _native(table: DenseEmbedding | QuantizedEmbedding, ids: paddle.Tensor, offs
     gradient is one sparse row per distinct id), or a packed table's rows decoded as they are pooled. The
     kernels refuse ids outside the table before reading any row; the distinct rows are gathered after a
     check of the ids."""
+    table.check_id_dtype(ids)
     flat, bounds = _bag_bounds(ids, offsets)
     with ids_checked_by_kernel(table.full_name(), table.num_embeddings):
         if isinstance(table, QuantizedEmbedding):
@@ -279,6 +279,7 @@ class EmbeddingBag(CompositeEmbedding):
     @dynamic_graph_under_sot
     def forward(self, ids: paddle.Tensor, offsets: paddle.Tensor | None = None,
                 per_sample_weights: paddle.Tensor | None = None) -> paddle.Tensor:
+        self.table.check_id_dtype(ids)
         return pooled_lookup(self.table, ids, offsets, per_sample_weights, self.mode, self.padding_idx,
                              owner=self.full_name())
 
