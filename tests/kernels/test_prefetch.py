@@ -1,7 +1,7 @@
 """The kernels' loops keep their software prefetches in the built code (kernels/prefetch.h): GCC's mod/ref
 analysis deletes a call to a function whose only statements are prefetches, which once left the lookup and
 collection loops without any, twice as slow on an AVX2 processor, with the same bits. Read off the
-disassembly of the extension's object files, each loop's function by name."""
+disassembly of the built library, each loop's function by name (grouped by the source that holds it)."""
 import shutil
 import subprocess
 from collections import Counter
@@ -10,18 +10,18 @@ import pytest
 
 import paddle_edo.kernels as kernels
 
-PREFETCHING = {  # object file -> demangled names of functions whose loops prefetch rows
-    "quantized.o": ["WriteRows<float, QuantizedLookup(", "WriteRows<unsigned short, QuantizedLookupHalf<0>(",
+PREFETCHING = {  # source -> demangled names of its functions whose loops prefetch rows
+    "quantized.cc": ["WriteRows<float, QuantizedLookup(", "WriteRows<unsigned short, QuantizedLookupHalf<0>(",
                     "QuantizedLookupHalf<0>(", "QuantizedLookupHalf<1>("],
-    "collection.o": ["CollectionLookup(", "CollectionUpdate("],
-    "lookups.o": ["DenseLookup(", "HashLookup(", "MixedDimLookup("],
-    "bags.o": ["PackedBagPool(", "SumBagsAvx2<false, false, (anonymous namespace)::Fp32LaneSource>",
+    "collection.cc": ["CollectionLookup(", "CollectionUpdate("],
+    "lookups.cc": ["DenseLookup(", "HashLookup(", "MixedDimLookup("],
+    "bags.cc": ["PackedBagPool(", "SumBagsAvx2<false, false, (anonymous namespace)::Fp32LaneSource>",
                "SumBagsAvx2<false, false, (anonymous namespace)::Int8LaneSource>"],
 }
 
 
-def prefetches_by_function(obj) -> Counter:
-    listing = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", str(obj)], capture_output=True,
+def prefetches_by_function(library) -> Counter:
+    listing = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", str(library)], capture_output=True,
                              text=True, check=True).stdout
     counts, function = Counter(), None
     for line in listing.splitlines():
@@ -34,14 +34,12 @@ def prefetches_by_function(obj) -> Counter:
 
 
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils, beside the compiler) is missing")
-@pytest.mark.parametrize("obj", sorted(PREFETCHING))
-def test_every_prefetching_loop_keeps_its_prefetches(obj):
+@pytest.mark.parametrize("source", sorted(PREFETCHING))
+def test_every_prefetching_loop_keeps_its_prefetches(source):
     library = kernels.library_path()
     assert library is not None, "the kernels did not build"
-    path = library.parent / obj
-    assert path.exists(), f"{obj} is not beside the built library {library}"
-    counts = prefetches_by_function(path)
-    for name in PREFETCHING[obj]:
+    counts = prefetches_by_function(library)
+    for name in PREFETCHING[source]:
         functions = {function: n for function, n in counts.items() if name in function}
-        assert functions, f"no function {name}... in {obj}"
-        assert sum(functions.values()) > 0, f"{name}... in {obj} issues no prefetch: {functions}"
+        assert functions, f"no function {name}... of {source} in {library}"
+        assert sum(functions.values()) > 0, f"{name}... of {source} issues no prefetch: {functions}"
