@@ -39,20 +39,33 @@ def steady_malloc() -> str:
             else "mallopt refused: allocator defaults")
 
 
-def side_by_side(candidates: dict[str, Callable[[], object]], repeats: int = 15, warmup: int = 3,
+class TimedElsewhere:
+    """A candidate that times itself where it runs (a peer library in another process): ``call()`` makes one
+    timed call there, primed or not as that side does it, and returns its milliseconds. In side_by_side's
+    rounds beside local candidates, it meets the same machine load as they do."""
+
+    def __init__(self, call: Callable[[], float]) -> None:
+        self.call = call
+
+
+def side_by_side(candidates: dict[str, Callable[[], object] | TimedElsewhere], repeats: int = 15, warmup: int = 3,
                  sync: Callable[[], None] | None = None, primed: bool = False) -> dict[str, float]:
     """Median milliseconds per call of each candidate, measured round-robin so that all see the same
     machine load. ``sync`` waits for the device (e.g. paddle.device.synchronize on a GPU). ``primed``: each
     timed call follows an untimed call of the same candidate, so that each meets the caches as its own
-    last call left them (as a candidate timed in consecutive calls does), not as the others left them."""
+    last call left them (as a candidate timed in consecutive calls does), not as the others left them.
+    A ``TimedElsewhere`` candidate reports its own time."""
     sync = sync or (lambda: None)
     for fn in candidates.values():
         for _ in range(warmup):
-            fn()
+            fn.call() if isinstance(fn, TimedElsewhere) else fn()
     sync()
     times: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(repeats):
         for name, fn in candidates.items():
+            if isinstance(fn, TimedElsewhere):
+                times[name].append(fn.call())
+                continue
             if primed:
                 fn()
                 sync()

@@ -7,6 +7,7 @@ and the fp32 bytes it writes.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import paddle
 
-from paddle_edo.benchmark import MALLOC_ENV, side_by_side
+from paddle_edo.benchmark import MALLOC_ENV, TimedElsewhere, side_by_side
 from paddle_edo.data import zipf_ids
 from paddle_edo.nn import DenseEmbedding, EmbeddingBag, QuantizedEmbedding
 from paddle_edo.nn.quantized import OUTPUT_DTYPES
@@ -79,18 +80,55 @@ def inference_lookup_times(layers: dict[str, paddle.nn.Layer], ids: np.ndarray, 
             for mode, fused in (("inference, composite", False), ("inference, fused", True))}
 
 
-def peer_times(python: str, weight: np.ndarray, ids: np.ndarray, bag_ids: dict[int, np.ndarray], repeats: int,
-               threads: int) -> dict[str, float]:
-    """Milliseconds of torch's and FBGEMM's lookups and bags over the same table and ids, measured by
-    tools/bench_peers.py under ``python`` (an interpreter with torch and fbgemm-gpu-cpu) in this run."""
-    with tempfile.TemporaryDirectory() as tmp:
-        np.save(f"{tmp}/weight.npy", weight)
-        np.save(f"{tmp}/ids.npy", ids)
+class Peers:
+    """torch's and FBGEMM's lookups and bags over the same table and ids, served by tools/bench_peers.py under
+    ``python`` (an interpreter with torch and fbgemm-gpu-cpu) in a process that stays up for one table and
+    distribution: ``candidates(names)`` times them call by call in side_by_side's rounds, beside Paddle's."""
+
+    QUIET_S = 0.25  # Paddle's Intel OpenMP workers spin 200 ms after a parallel region (KMP_BLOCKTIME): 0.2 s
+    # of CPU in the 0.5 s after a lookup, measured; a peer timed meanwhile would share the cores with them
+
+    def __init__(self, python: str, weight: np.ndarray, ids: np.ndarray, bag_ids: dict[int, np.ndarray],
+                 threads: int) -> None:
+        self._folder = tempfile.TemporaryDirectory()
+        np.save(f"{self._folder.name}/weight.npy", weight)
+        np.save(f"{self._folder.name}/ids.npy", ids)
         for length, bags in bag_ids.items():
-            np.save(f"{tmp}/bags_L{length}.npy", bags)
-        subprocess.run([python, str(Path(__file__).with_name("bench_peers.py")), tmp, "--repeats", str(repeats),
-                        "--threads", str(threads)], check=True, env={**os.environ, **MALLOC_ENV})  # malloc as here
-        return json.loads(Path(f"{tmp}/peers.json").read_text())["ms"]
+            np.save(f"{self._folder.name}/bags_L{length}.npy", bags)
+        self._process = subprocess.Popen(
+            [python, str(Path(__file__).with_name("bench_peers.py")), self._folder.name, "--threads", str(threads)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, **MALLOC_ENV})  # malloc as here
+        for line in self._process.stdout:  # past anything the libraries print as they load
+            if line.startswith("{"):
+                self.names = json.loads(line)["candidates"]
+                return
+        self.close()
+        raise RuntimeError(f"tools/bench_peers.py under {python} ended before serving (exit code "
+                           f"{self._process.returncode}); its errors are above")
+
+    def candidates(self, names: list[str]) -> dict[str, TimedElsewhere]:
+        return {name: TimedElsewhere(lambda n=name: self._time(n)) for name in names}
+
+    def _time(self, name: str) -> float:
+        time.sleep(self.QUIET_S)
+        self._process.stdin.write(name + "\n")
+        self._process.stdin.flush()
+        reply = self._process.stdout.readline()
+        if not reply:
+            raise RuntimeError(f"tools/bench_peers.py ended while timing {name!r}; its errors are above")
+        return float(reply)
+
+    def close(self) -> None:
+        if self._process.stdin:
+            self._process.stdin.close()
+        self._process.wait()
+        self._folder.cleanup()
+
+    def __enter__(self) -> "Peers":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class Lookups(paddle.nn.Layer):
@@ -109,8 +147,8 @@ def lookups_benchmark(rows: int, dim: int, batch: int, fields: int, distribution
     """One table size and id distribution: per-id lookups of every format in dynamic graph, under
     to_static and (with ``inference``) in Paddle Inference (composite and fused exports); a bag of L ids
     for each of the batch x fields slots (sum and mean; FBGEMM's and TorchRec's layout) against a lookup
-    then a sum, and against torch / FBGEMM run by the ``peers`` Python; a training step with bags
-    against a lookup-then-sum step."""
+    then a sum, and against torch / FBGEMM run by the ``peers`` Python (timed in the same rounds); a training
+    step with bags against a lookup-then-sum step."""
     paddle.seed(0)
     baseline = paddle.nn.Embedding(rows, dim, sparse=True)
     dense = DenseEmbedding(rows, dim, init_std=0.0)
@@ -121,28 +159,37 @@ def lookups_benchmark(rows: int, dim: int, batch: int, fields: int, distribution
     tables = {"fp32": dense, **{name: QuantizedEmbedding.from_embedding(baseline, name) for name in FORMATS}}
     for table in tables.values():
         table.eval()
-    candidates = {"paddle.nn.Embedding fp32": lambda: baseline(ids),
-                  "numpy take fp32": lambda: np.take(weight, ids_np, 0)}
-    candidates.update({f"paddle_edo {name}": (lambda t=table: t(ids)) for name, table in tables.items()})
-    for output_dtype in HALF_OUTPUTS:  # rows written at half the bytes, for mixed precision
-        half = QuantizedEmbedding.from_embedding(baseline, "int8", output_dtype=output_dtype)
-        half.eval()
-        candidates[f"paddle_edo int8 -> {output_dtype}"] = lambda t=half: t(ids)
-    with paddle.no_grad():
-        ms = side_by_side(candidates, repeats=repeats, primed=True)
+    bag_ids = {length: ids_for(rows, (batch * fields, length), distribution, seed=length) for length in BAG_LENGTHS}
+    with contextlib.ExitStack() as stack:
+        peer = stack.enter_context(Peers(peers, weight, ids_np, bag_ids, threads)) if peers else None
+
+        def peer_candidates(pooled: bool, length: int | None = None) -> dict[str, TimedElsewhere]:
+            names = [n for n in (peer.names if peer else []) if ("L=" in n) == pooled and
+                     (length is None or n.endswith(f", L={length}"))]
+            return peer.candidates(names) if peer else {}
+        candidates = {"paddle.nn.Embedding fp32": lambda: baseline(ids),
+                      "numpy take fp32": lambda: np.take(weight, ids_np, 0)}
+        candidates.update({f"paddle_edo {name}": (lambda t=table: t(ids)) for name, table in tables.items()})
+        for output_dtype in HALF_OUTPUTS:  # rows written at half the bytes, for mixed precision
+            half = QuantizedEmbedding.from_embedding(baseline, "int8", output_dtype=output_dtype)
+            half.eval()
+            candidates[f"paddle_edo int8 -> {output_dtype}"] = lambda t=half: t(ids)
+        candidates.update(peer_candidates(pooled=False))
+        with paddle.no_grad():
+            ms = side_by_side(candidates, repeats=repeats, primed=True)
+        bags = {f"{name} {mode}": EmbeddingBag(rows, dim, mode, table=tables[name])
+                for name in BAG_FORMATS for mode in ("sum", "mean")}
+        bag_ms = {}
+        for length, lengths_ids in bag_ids.items():
+            bag_input = paddle.to_tensor(lengths_ids)
+            pooled = {f"lookup then sum, L={length}": lambda b=bag_input: baseline(b).sum(axis=1),
+                      **{f"bag {name}, L={length}": (lambda bag=bag, b=bag_input: bag(b)) for name, bag in bags.items()},
+                      **peer_candidates(pooled=True, length=length)}
+            with paddle.no_grad():
+                bag_ms.update(side_by_side(pooled, repeats=repeats, primed=True))
     static = to_static_times({"paddle.nn.Embedding fp32": baseline, **{f"paddle_edo {n}": tables[n]
                                                                        for n in STATIC_FORMATS}}, ids, repeats)
     ms.update({f"to_static {name}": value for name, value in static.items()})
-    bag_ids = {length: ids_for(rows, (batch * fields, length), distribution, seed=length) for length in BAG_LENGTHS}
-    bags = {f"{name} {mode}": EmbeddingBag(rows, dim, mode, table=tables[name])
-            for name in BAG_FORMATS for mode in ("sum", "mean")}
-    bag_ms = {}
-    for length, lengths_ids in bag_ids.items():
-        bag_input = paddle.to_tensor(lengths_ids)
-        pooled = {f"lookup then sum, L={length}": lambda b=bag_input: baseline(b).sum(axis=1),
-                  **{f"bag {name}, L={length}": (lambda bag=bag, b=bag_input: bag(b)) for name, bag in bags.items()}}
-        with paddle.no_grad():
-            bag_ms.update(side_by_side(pooled, repeats=repeats, primed=True))
     served_bags = {f"bag {name}": bags[f"{name} sum"] for name in ("fp32", "int8")}
     long_bags = paddle.to_tensor(bag_ids[max(BAG_LENGTHS)])
     for name, value in to_static_times(served_bags, long_bags, repeats).items():
@@ -156,9 +203,7 @@ def lookups_benchmark(rows: int, dim: int, batch: int, fields: int, distribution
         for mode, times in inference_lookup_times(served_bags, bag_ids[max(BAG_LENGTHS)], repeats, threads).items():
             for name, value in times.items():
                 bag_ms[f"{mode} {name} sum, L={max(BAG_LENGTHS)}"] = value
-    peer_ms = peer_times(peers, weight, ids_np, bag_ids, repeats, threads) if peers else {}
-    bag_ms.update({name: value for name, value in peer_ms.items() if "L=" in name})
-    ms.update({name: value for name, value in peer_ms.items() if "L=" not in name})
+
     def row_bytes(name: str) -> int:  # the bytes of a row each candidate reads: its format's
         return next((tables[f].format.row_bytes(dim) for f in FORMATS if f" {f} " in f" {name} "), 4 * dim)
     def output_bytes(name: str) -> int:  # the bytes of a row each candidate writes

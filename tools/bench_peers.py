@@ -4,17 +4,23 @@ fp32 table, and FBGEMM's int8 inference TBE (IntNBitTableBatchedEmbeddingBagsCod
 paddle_edo's lookups are) over that table's rows quantized min-max with fp16 scale and bias, on the very
 ids the Paddle candidates read.
 
-  python tools/bench_peers.py DIR --repeats 11 --threads 2
+  python tools/bench_peers.py DIR --threads 2
 
-DIR holds weight.npy [rows, dim] fp32, ids.npy [batch, fields] and bags_L<n>.npy [bags, n]; the median
-milliseconds of each peer's consecutive calls are written to DIR/peers.json.
+DIR holds weight.npy [rows, dim] fp32, ids.npy [batch, fields] and bags_L<n>.npy [bags, n]. The process
+stays up as a server of timed calls, so that the bench times each peer call by call in its rounds beside
+Paddle's candidates (the same machine load): it first writes one JSON line, {"torch": version,
+"candidates": [names]}; then for each candidate name read from a line of stdin it makes one untimed and
+one timed call, waits until its OpenMP workers stop spinning, and writes the timed call's milliseconds on
+a line. It ends at the end of stdin.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -22,6 +28,8 @@ import torch.nn.functional as F
 from fbgemm_gpu.split_embedding_configs import SparseType
 from fbgemm_gpu.split_table_batched_embeddings_ops_common import BoundsCheckMode, EmbeddingLocation, PoolingMode
 from fbgemm_gpu.split_table_batched_embeddings_ops_inference import IntNBitTableBatchedEmbeddingBagsCodegen
+
+SPIN_S = 0.02  # torch's GNU OpenMP workers spin about 10 ms after a parallel region (measured) before they sleep
 
 
 def int8_tbe(weight: np.ndarray, pooling: PoolingMode) -> IntNBitTableBatchedEmbeddingBagsCodegen:
@@ -53,35 +61,51 @@ def median_ms(fn, repeats: int, warmup: int = 2) -> float:
     return float(np.median(times))
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("dir")
-    parser.add_argument("--repeats", type=int, default=11)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    folder = Path(args.dir)
+def candidates(folder: Path) -> dict[str, Callable[[], object]]:
+    """The peers' calls over DIR's table and ids, by the names the bench reports them under."""
     weight_np = np.load(folder / "weight.npy")
     weight = torch.from_numpy(weight_np)
     ids = torch.from_numpy(np.load(folder / "ids.npy"))
     flat = ids.reshape(-1)
     tbe_sum, tbe_mean = int8_tbe(weight_np, PoolingMode.SUM), int8_tbe(weight_np, PoolingMode.MEAN)
-    ms = {}
+    one_each = torch.arange(flat.numel() + 1, dtype=torch.int64)
+    calls = {"torch F.embedding fp32": lambda: F.embedding(ids, weight),
+             "FBGEMM int8 TBE, bags of 1": lambda: tbe_sum(flat, one_each)}
+    for path in sorted(folder.glob("bags_L*.npy"), key=lambda p: int(p.stem.split("_L")[1])):
+        length = int(path.stem.split("_L")[1])
+        bag_flat = torch.from_numpy(np.load(path)).reshape(-1)
+        starts = torch.arange(0, bag_flat.numel(), length, dtype=torch.int64)
+        bounds = torch.arange(0, bag_flat.numel() + 1, length, dtype=torch.int64)
+        for mode, tbe in (("sum", tbe_sum), ("mean", tbe_mean)):
+            calls[f"torch F.embedding_bag fp32 {mode}, L={length}"] = (
+                lambda m=mode, f=bag_flat, s=starts: F.embedding_bag(f, weight, s, mode=m))
+            calls[f"FBGEMM int8 TBE {mode}, L={length}"] = lambda t=tbe, f=bag_flat, b=bounds: t(f, b)
+    return calls
+
+
+def serve(calls: dict[str, Callable[[], object]], requests, replies) -> None:
+    """Answer each requested name with the milliseconds of one call, made right after an untimed one."""
+    replies.write(json.dumps({"torch": torch.__version__, "candidates": list(calls)}) + "\n")
+    replies.flush()
+    for line in requests:
+        call = calls[line.strip()]
+        call()
+        start = time.perf_counter()
+        call()
+        ms = (time.perf_counter() - start) * 1e3
+        time.sleep(SPIN_S)
+        replies.write(f"{ms}\n")
+        replies.flush()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dir")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     with torch.inference_mode():
-        one_each = torch.arange(flat.numel() + 1, dtype=torch.int64)
-        ms["torch F.embedding fp32"] = median_ms(lambda: F.embedding(ids, weight), args.repeats)
-        ms["FBGEMM int8 TBE, bags of 1"] = median_ms(lambda: tbe_sum(flat, one_each), args.repeats)
-        for path in sorted(folder.glob("bags_L*.npy"), key=lambda p: int(p.stem.split("_L")[1])):
-            length = int(path.stem.split("_L")[1])
-            bags = torch.from_numpy(np.load(path))
-            bag_flat = bags.reshape(-1)
-            starts = torch.arange(0, bag_flat.numel(), length, dtype=torch.int64)
-            bounds = torch.arange(0, bag_flat.numel() + 1, length, dtype=torch.int64)
-            for mode, tbe in (("sum", tbe_sum), ("mean", tbe_mean)):
-                ms[f"torch F.embedding_bag fp32 {mode}, L={length}"] = median_ms(
-                    lambda m=mode: F.embedding_bag(bag_flat, weight, starts, mode=m), args.repeats)
-                ms[f"FBGEMM int8 TBE {mode}, L={length}"] = median_ms(lambda t=tbe: t(bag_flat, bounds), args.repeats)
-    (folder / "peers.json").write_text(json.dumps({"torch": torch.__version__, "ms": ms}, indent=2))
+        serve(candidates(Path(args.dir)), sys.stdin, sys.stdout)
     return 0
 
 
