@@ -39,6 +39,9 @@ def steady_malloc() -> str:
             else "mallopt refused: allocator defaults")
 
 
+PRIMING_S = 0.02  # a primed call's untimed calls before it, at least (see side_by_side)
+
+
 class TimedElsewhere:
     """A candidate that times itself where it runs (a peer library in another process): ``call()`` makes one
     timed call there, primed or not as that side does it, and returns its milliseconds. In side_by_side's
@@ -49,12 +52,17 @@ class TimedElsewhere:
 
 
 def side_by_side(candidates: dict[str, Callable[[], object] | TimedElsewhere], repeats: int = 15, warmup: int = 3,
-                 sync: Callable[[], None] | None = None, primed: bool = False) -> dict[str, float]:
+                 sync: Callable[[], None] | None = None, primed: bool = False, settle_s: float = 0.0
+                 ) -> dict[str, float]:
     """Median milliseconds per call of each candidate, measured round-robin so that all see the same
     machine load. ``sync`` waits for the device (e.g. paddle.device.synchronize on a GPU). ``primed``: each
-    timed call follows an untimed call of the same candidate, so that each meets the caches as its own
-    last call left them (as a candidate timed in consecutive calls does), not as the others left them.
-    A ``TimedElsewhere`` candidate reports its own time."""
+    timed call follows untimed calls of the same candidate (one, and more until PRIMING_S has passed), so
+    that each meets the caches, and the processor, as its own calls left them (as a candidate timed in
+    consecutive calls does), not as the others left them: measured on a 2-core AMD EPYC, a bag kernel's
+    call after one untimed call was 5-25% slower than after a few. A ``TimedElsewhere`` candidate reports
+    its own time. ``settle_s``: a pause before each candidate's turn, the same for all, in which this
+    process's OpenMP workers stop spinning, so that they take no core from a candidate in another process
+    (Paddle's Intel OpenMP spins 200 ms after each parallel region)."""
     sync = sync or (lambda: None)
     for fn in candidates.values():
         for _ in range(warmup):
@@ -63,12 +71,17 @@ def side_by_side(candidates: dict[str, Callable[[], object] | TimedElsewhere], r
     times: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(repeats):
         for name, fn in candidates.items():
+            time.sleep(settle_s)
             if isinstance(fn, TimedElsewhere):
                 times[name].append(fn.call())
                 continue
             if primed:
+                primed_until = time.perf_counter() + PRIMING_S
                 fn()
                 sync()
+                while time.perf_counter() < primed_until:
+                    fn()
+                    sync()
             start = time.perf_counter()
             fn()
             sync()

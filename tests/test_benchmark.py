@@ -1,8 +1,19 @@
-"""Side-by-side timing (paddle_edo/benchmark.py): round-robin rounds, and primed calls."""
+"""Side-by-side timing (paddle_edo/benchmark.py): round-robin rounds, primed calls, candidates timed
+elsewhere, and the pause before each turn."""
+import time
+
+import pytest
+
+from paddle_edo import benchmark
 from paddle_edo.benchmark import TimedElsewhere, side_by_side
 
 
-def test_side_by_side_runs_round_robin_and_primes_each_timed_call_with_its_own():
+@pytest.fixture
+def one_priming_call(monkeypatch):
+    monkeypatch.setattr(benchmark, "PRIMING_S", 0.0)
+
+
+def test_side_by_side_runs_round_robin_and_primes_each_timed_call_with_its_own(one_priming_call):
     for primed in (False, True):
         calls = []
         ms = side_by_side({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3, warmup=1,
@@ -12,7 +23,19 @@ def test_side_by_side_runs_round_robin_and_primes_each_timed_call_with_its_own()
         assert calls == ["a", "b"] + per_round * 3  # warm-up, then each round in turn
 
 
-def test_a_candidate_timed_elsewhere_reports_its_own_milliseconds_in_the_same_rounds():
+def test_a_primed_call_follows_untimed_calls_for_at_least_the_priming_time(monkeypatch):
+    monkeypatch.setattr(benchmark, "PRIMING_S", 0.02)
+    calls = []
+
+    def five_ms():
+        calls.append(time.perf_counter())
+        time.sleep(0.005)
+    side_by_side({"a": five_ms}, repeats=1, warmup=0, primed=True)
+    assert len(calls) >= 5  # 0.02 s of 5 ms calls, then the timed one
+    assert calls[-1] - calls[0] >= 0.02
+
+
+def test_a_candidate_timed_elsewhere_reports_its_own_milliseconds_in_the_same_rounds(one_priming_call):
     calls = []
     reported = iter([5.0, 1.0, 3.0, 2.0])  # a warm-up call, then three rounds
 
@@ -23,3 +46,11 @@ def test_a_candidate_timed_elsewhere_reports_its_own_milliseconds_in_the_same_ro
                       warmup=1, primed=True)
     assert ms["peer"] == 2.0  # the median of the three rounds' own times, the warm-up's left out
     assert calls == ["local", "peer"] + ["local", "local", "peer"] * 3  # primed locally, not twice remotely
+
+
+def test_every_turn_local_or_elsewhere_starts_with_the_same_pause(one_priming_call, monkeypatch):
+    events = []
+    monkeypatch.setattr(benchmark.time, "sleep", lambda s: events.append(("pause", s)))
+    side_by_side({"local": lambda: events.append("local"), "peer": TimedElsewhere(lambda: events.append("peer") or 1.0)},
+                 repeats=2, warmup=0, primed=True, settle_s=0.25)
+    assert events == [("pause", 0.25), "local", "local", ("pause", 0.25), "peer"] * 2

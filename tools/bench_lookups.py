@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import paddle
 
-from paddle_edo.benchmark import MALLOC_ENV, TimedElsewhere, side_by_side
+from paddle_edo.benchmark import MALLOC_ENV, PRIMING_S, TimedElsewhere, side_by_side
 from paddle_edo.data import zipf_ids
 from paddle_edo.nn import DenseEmbedding, EmbeddingBag, QuantizedEmbedding
 from paddle_edo.nn.quantized import OUTPUT_DTYPES
@@ -83,9 +83,10 @@ def inference_lookup_times(layers: dict[str, paddle.nn.Layer], ids: np.ndarray, 
 class Peers:
     """torch's and FBGEMM's lookups and bags over the same table and ids, served by tools/bench_peers.py under
     ``python`` (an interpreter with torch and fbgemm-gpu-cpu) in a process that stays up for one table and
-    distribution: ``candidates(names)`` times them call by call in side_by_side's rounds, beside Paddle's."""
+    distribution: ``candidates(names)`` are timed call by call in side_by_side's rounds, beside Paddle's, with
+    ``settle_s=Peers.SETTLE_S``."""
 
-    QUIET_S = 0.25  # Paddle's Intel OpenMP workers spin 200 ms after a parallel region (KMP_BLOCKTIME): 0.2 s
+    SETTLE_S = 0.25  # Paddle's Intel OpenMP workers spin 200 ms after a parallel region (KMP_BLOCKTIME): 0.2 s
     # of CPU in the 0.5 s after a lookup, measured; a peer timed meanwhile would share the cores with them
 
     def __init__(self, python: str, weight: np.ndarray, ids: np.ndarray, bag_ids: dict[int, np.ndarray],
@@ -96,7 +97,8 @@ class Peers:
         for length, bags in bag_ids.items():
             np.save(f"{self._folder.name}/bags_L{length}.npy", bags)
         self._process = subprocess.Popen(
-            [python, str(Path(__file__).with_name("bench_peers.py")), self._folder.name, "--threads", str(threads)],
+            [python, str(Path(__file__).with_name("bench_peers.py")), self._folder.name, "--threads", str(threads),
+             "--priming-s", str(PRIMING_S)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, **MALLOC_ENV})  # malloc as here
         for line in self._process.stdout:  # past anything the libraries print as they load
             if line.startswith("{"):
@@ -110,7 +112,6 @@ class Peers:
         return {name: TimedElsewhere(lambda n=name: self._time(n)) for name in names}
 
     def _time(self, name: str) -> float:
-        time.sleep(self.QUIET_S)
         self._process.stdin.write(name + "\n")
         self._process.stdin.flush()
         reply = self._process.stdout.readline()
@@ -175,8 +176,9 @@ def lookups_benchmark(rows: int, dim: int, batch: int, fields: int, distribution
             half.eval()
             candidates[f"paddle_edo int8 -> {output_dtype}"] = lambda t=half: t(ids)
         candidates.update(peer_candidates(pooled=False))
+        settle_s = Peers.SETTLE_S if peer else 0.0
         with paddle.no_grad():
-            ms = side_by_side(candidates, repeats=repeats, primed=True)
+            ms = side_by_side(candidates, repeats=repeats, primed=True, settle_s=settle_s)
         bags = {f"{name} {mode}": EmbeddingBag(rows, dim, mode, table=tables[name])
                 for name in BAG_FORMATS for mode in ("sum", "mean")}
         bag_ms = {}
@@ -186,7 +188,7 @@ def lookups_benchmark(rows: int, dim: int, batch: int, fields: int, distribution
                       **{f"bag {name}, L={length}": (lambda bag=bag, b=bag_input: bag(b)) for name, bag in bags.items()},
                       **peer_candidates(pooled=True, length=length)}
             with paddle.no_grad():
-                bag_ms.update(side_by_side(pooled, repeats=repeats, primed=True))
+                bag_ms.update(side_by_side(pooled, repeats=repeats, primed=True, settle_s=settle_s))
     static = to_static_times({"paddle.nn.Embedding fp32": baseline, **{f"paddle_edo {n}": tables[n]
                                                                        for n in STATIC_FORMATS}}, ids, repeats)
     ms.update({f"to_static {name}": value for name, value in static.items()})

@@ -4,14 +4,15 @@ fp32 table, and FBGEMM's int8 inference TBE (IntNBitTableBatchedEmbeddingBagsCod
 paddle_edo's lookups are) over that table's rows quantized min-max with fp16 scale and bias, on the very
 ids the Paddle candidates read.
 
-  python tools/bench_peers.py DIR --threads 2
+  python tools/bench_peers.py DIR --threads 2 --priming-s 0.02
 
 DIR holds weight.npy [rows, dim] fp32, ids.npy [batch, fields] and bags_L<n>.npy [bags, n]. The process
 stays up as a server of timed calls, so that the bench times each peer call by call in its rounds beside
 Paddle's candidates (the same machine load): it first writes one JSON line, {"torch": version,
-"candidates": [names]}; then for each candidate name read from a line of stdin it makes one untimed and
-one timed call, waits until its OpenMP workers stop spinning, and writes the timed call's milliseconds on
-a line. It ends at the end of stdin.
+"candidates": [names]}; then for each candidate name read from a line of stdin it makes untimed calls
+(one, and more until --priming-s has passed: paddle_edo.benchmark.side_by_side's priming) and one timed
+call, waits until its OpenMP workers stop spinning, and writes the timed call's milliseconds on a line.
+It ends at the end of stdin.
 """
 from __future__ import annotations
 
@@ -83,13 +84,16 @@ def candidates(folder: Path) -> dict[str, Callable[[], object]]:
     return calls
 
 
-def serve(calls: dict[str, Callable[[], object]], requests, replies) -> None:
-    """Answer each requested name with the milliseconds of one call, made right after an untimed one."""
+def serve(calls: dict[str, Callable[[], object]], priming_s: float, requests, replies) -> None:
+    """Answer each requested name with the milliseconds of one call, made right after untimed ones."""
     replies.write(json.dumps({"torch": torch.__version__, "candidates": list(calls)}) + "\n")
     replies.flush()
     for line in requests:
         call = calls[line.strip()]
+        primed_until = time.perf_counter() + priming_s
         call()
+        while time.perf_counter() < primed_until:
+            call()
         start = time.perf_counter()
         call()
         ms = (time.perf_counter() - start) * 1e3
@@ -102,10 +106,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dir")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--priming-s", type=float, default=0.02)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with torch.inference_mode():
-        serve(candidates(Path(args.dir)), sys.stdin, sys.stdout)
+        serve(candidates(Path(args.dir)), args.priming_s, sys.stdin, sys.stdout)
     return 0
 
 

@@ -72,14 +72,19 @@ Bags Check(int64_t num_rows, int64_t dim, const paddle::Tensor& index, const pad
   PD_CHECK(ids.numel() == bags.num_entries, "ids and index must have one entry each");
   PD_CHECK(bags.num_bags >= 0 && bags.offsets[0] == 0 && bags.offsets[bags.num_bags] == bags.num_entries,
            "offsets must start at 0 and end at the number of ids");
-  for (int64_t b = 0; b < bags.num_bags; ++b) {
-    PD_CHECK(bags.offsets[b] <= bags.offsets[b + 1], "offsets must not decrease (bag ", b, ")");
+  int64_t first_decrease = bags.num_bags, first_bad = bags.num_entries;  // both scans before any row is read
+#pragma omp parallel if (bags.num_entries + bags.num_bags > kParallelChecks)
+  {
+#pragma omp for reduction(min : first_decrease) nowait
+    for (int64_t b = 0; b < bags.num_bags; ++b) {
+      if (bags.offsets[b] > bags.offsets[b + 1]) first_decrease = std::min(first_decrease, b);
+    }
+#pragma omp for reduction(min : first_bad)
+    for (int64_t j = 0; j < bags.num_entries; ++j) {
+      if (!bags.Skipped(j) && (bags.index[j] < 0 || bags.index[j] >= bags.num_rows)) first_bad = std::min(first_bad, j);
+    }
   }
-  int64_t first_bad = bags.num_entries;  // before any read
-#pragma omp parallel for reduction(min : first_bad) if (bags.num_entries > kParallelChecks)
-  for (int64_t j = 0; j < bags.num_entries; ++j) {
-    if (!bags.Skipped(j) && (bags.index[j] < 0 || bags.index[j] >= bags.num_rows)) first_bad = std::min(first_bad, j);
-  }
+  PD_CHECK(first_decrease == bags.num_bags, "offsets must not decrease (bag ", first_decrease, ")");
   PD_CHECK(first_bad == bags.num_entries, "entry ", first_bad, ": row ", bags.index[first_bad],
            " is outside [0, ", bags.num_rows, ")");
   if (weights.numel() > 0) {
