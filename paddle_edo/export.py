@@ -146,11 +146,13 @@ class Predictor:
         with openmp_threads_kept():   # creating and running a predictor set the caller's threads
             self.predictor = inference.create_predictor(config)
         self.input_names = self.predictor.get_input_names()
+        self._bfloat16_output = False  # known after the first run
 
     def run(self, inputs: Sequence[np.ndarray]) -> np.ndarray:
         """Inputs in the order of the exported input specs, batch first; returns the first output. An empty
         batch gets an empty output: the program runs on a batch of one padding row (id 0) and none of its
-        output is kept, since Paddle 2.6.2's programs fail on empty inputs."""
+        output is kept, since Paddle 2.6.2's programs fail on empty inputs. A bfloat16 output comes as
+        float32 on Paddle 3, and is refused on 2.6 (EdoRuntimeError: its predictor copies none out)."""
         if len(inputs) != len(self.input_names):
             raise EdoValueError(f"the model takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
                                 f"got {len(inputs)}")
@@ -160,10 +162,28 @@ class Predictor:
         return self._run(inputs)
 
     def _run(self, inputs: Sequence[np.ndarray]) -> np.ndarray:
+        if self._bfloat16_output:
+            return self._run_on_tensors(inputs)
         for name, value in zip(self.input_names, inputs):
             handle = self.predictor.get_input_handle(name)
             handle.reshape(list(value.shape))
             handle.copy_from_cpu(np.ascontiguousarray(value))
         with openmp_threads_kept():
             self.predictor.run()
-        return self.predictor.get_output_handle(self.predictor.get_output_names()[0]).copy_to_cpu()
+        output = self.predictor.get_output_handle(self.predictor.get_output_names()[0])
+        if getattr(output.type(), "name", "") == "BFLOAT16":  # Paddle 3 copies it out as float32: wrong values
+            self._bfloat16_output = True
+            return self._run_on_tensors(inputs)
+        try:
+            return output.copy_to_cpu()
+        except NotImplementedError as error:  # Paddle 2.6, a bfloat16 output
+            raise EdoRuntimeError(f"the model's output is not one Paddle {paddle.__version__}'s predictor copies out "
+                                  f"({error}): serve a bfloat16 output with Paddle 3, or export the table with "
+                                  f"output_dtype 'float16' or 'float32'") from None
+
+    def _run_on_tensors(self, inputs: Sequence[np.ndarray]) -> np.ndarray:
+        """Paddle 3's run on paddle tensors, for a bfloat16 output: widened to float32 (exactly; numpy has no
+        bfloat16)."""
+        with openmp_threads_kept():
+            outputs = self.predictor.run([paddle.to_tensor(np.ascontiguousarray(value)) for value in inputs])
+        return outputs[0].astype("float32").numpy()
