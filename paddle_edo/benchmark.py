@@ -60,9 +60,11 @@ def side_by_side(candidates: dict[str, Callable[[], object] | TimedElsewhere], r
     that each meets the caches, and the processor, as its own calls left them (as a candidate timed in
     consecutive calls does), not as the others left them: measured on a 2-core AMD EPYC, a bag kernel's
     call after one untimed call was 5-25% slower than after a few. A ``TimedElsewhere`` candidate reports
-    its own time. ``settle_s``: a pause before each candidate's turn, the same for all, in which this
-    process's OpenMP workers stop spinning, so that they take no core from a candidate in another process
-    (Paddle's Intel OpenMP spins 200 ms after each parallel region)."""
+    its own time. ``settle_s``: a pause before each turn of a candidate timed elsewhere, in which this
+    process's OpenMP workers stop spinning, so that they take no core from it (Paddle's Intel OpenMP spins
+    200 ms after each parallel region); a pause before every turn would leave every local candidate to
+    meet idle cores too, and made the timings of a shared 2-core machine scatter (means of bags timed
+    faster than their sums)."""
     sync = sync or (lambda: None)
     for fn in candidates.values():
         for _ in range(warmup):
@@ -71,8 +73,8 @@ def side_by_side(candidates: dict[str, Callable[[], object] | TimedElsewhere], r
     times: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(repeats):
         for name, fn in candidates.items():
-            time.sleep(settle_s)
             if isinstance(fn, TimedElsewhere):
+                time.sleep(settle_s)
                 times[name].append(fn.call())
                 continue
             if primed:
