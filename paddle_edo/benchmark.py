@@ -45,26 +45,26 @@ PRIMING_S = 0.02  # a primed call's untimed calls before it, at least (see side_
 class TimedElsewhere:
     """A candidate that times itself where it runs (a peer library in another process): ``call()`` makes one
     timed call there, primed or not as that side does it, and returns its milliseconds. In side_by_side's
-    rounds beside local candidates, it meets the same machine load as they do."""
+    rounds beside local candidates, it meets the same machine load as they do. ``settle_s``: a pause before
+    each of its timed turns, in which this process's OpenMP workers stop spinning, so that they take no core
+    from it (Paddle's Intel OpenMP spins 200 ms after each parallel region); a pause before every turn, local
+    ones too, left every local candidate to meet idle cores, and made the timings of a shared 2-core machine
+    scatter (means of bags timed faster than their sums)."""
 
-    def __init__(self, call: Callable[[], float]) -> None:
+    def __init__(self, call: Callable[[], float], settle_s: float = 0.0) -> None:
         self.call = call
+        self.settle_s = settle_s
 
 
 def side_by_side(candidates: dict[str, Callable[[], object] | TimedElsewhere], repeats: int = 15, warmup: int = 3,
-                 sync: Callable[[], None] | None = None, primed: bool = False, settle_s: float = 0.0
-                 ) -> dict[str, float]:
+                 sync: Callable[[], None] | None = None, primed: bool = False) -> dict[str, float]:
     """Median milliseconds per call of each candidate, measured round-robin so that all see the same
     machine load. ``sync`` waits for the device (e.g. paddle.device.synchronize on a GPU). ``primed``: each
     timed call follows untimed calls of the same candidate (one, and more until PRIMING_S has passed), so
     that each meets the caches, and the processor, as its own calls left them (as a candidate timed in
     consecutive calls does), not as the others left them: measured on a 2-core AMD EPYC, a bag kernel's
     call after one untimed call was 5-25% slower than after a few. A ``TimedElsewhere`` candidate reports
-    its own time. ``settle_s``: a pause before each turn of a candidate timed elsewhere, in which this
-    process's OpenMP workers stop spinning, so that they take no core from it (Paddle's Intel OpenMP spins
-    200 ms after each parallel region); a pause before every turn would leave every local candidate to
-    meet idle cores too, and made the timings of a shared 2-core machine scatter (means of bags timed
-    faster than their sums)."""
+    its own time, after its pause."""
     sync = sync or (lambda: None)
     for fn in candidates.values():
         for _ in range(warmup):
@@ -74,7 +74,7 @@ def side_by_side(candidates: dict[str, Callable[[], object] | TimedElsewhere], r
     for _ in range(repeats):
         for name, fn in candidates.items():
             if isinstance(fn, TimedElsewhere):
-                time.sleep(settle_s)
+                time.sleep(fn.settle_s)
                 times[name].append(fn.call())
                 continue
             if primed:

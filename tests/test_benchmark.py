@@ -51,6 +51,7 @@ def test_a_candidate_timed_elsewhere_reports_its_own_milliseconds_in_the_same_ro
 def test_each_turn_of_a_candidate_timed_elsewhere_starts_with_the_pause(one_priming_call, monkeypatch):
     events = []
     monkeypatch.setattr(benchmark.time, "sleep", lambda s: events.append(("pause", s)))
-    side_by_side({"local": lambda: events.append("local"), "peer": TimedElsewhere(lambda: events.append("peer") or 1.0)},
-                 repeats=2, warmup=0, primed=True, settle_s=0.25)
+    side_by_side({"local": lambda: events.append("local"),
+                  "peer": TimedElsewhere(lambda: events.append("peer") or 1.0, settle_s=0.25)},
+                 repeats=2, warmup=0, primed=True)
     assert events == ["local", "local", ("pause", 0.25), "peer"] * 2

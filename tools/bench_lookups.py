@@ -83,8 +83,7 @@ def inference_lookup_times(layers: dict[str, paddle.nn.Layer], ids: np.ndarray, 
 class Peers:
     """torch's and FBGEMM's lookups and bags over the same table and ids, served by tools/bench_peers.py under
     ``python`` (an interpreter with torch and fbgemm-gpu-cpu) in a process that stays up for one table and
-    distribution: ``candidates(names)`` are timed call by call in side_by_side's rounds, beside Paddle's, with
-    ``settle_s=Peers.SETTLE_S``."""
+    distribution: its ``candidates`` are timed call by call in side_by_side's rounds, beside Paddle's."""
 
     SETTLE_S = 0.25  # Paddle's Intel OpenMP workers spin 200 ms after a parallel region (KMP_BLOCKTIME): 0.2 s
     # of CPU in the 0.5 s after a lookup, measured; a peer timed meanwhile would share the cores with them
@@ -108,8 +107,10 @@ class Peers:
         raise RuntimeError(f"tools/bench_peers.py under {python} ended before serving (exit code "
                            f"{self._process.returncode}); its errors are above")
 
-    def candidates(self, names: list[str]) -> dict[str, TimedElsewhere]:
-        return {name: TimedElsewhere(lambda n=name: self._time(n)) for name in names}
+    def candidates(self, length: int | None = None) -> dict[str, TimedElsewhere]:
+        """The peers' lookups (``length`` None), or their bags of ``length`` ids."""
+        names = [n for n in self.names if (n.endswith(f", L={length}") if length else "L=" not in n)]
+        return {name: TimedElsewhere(lambda n=name: self._time(n), self.SETTLE_S) for name in names}
 
     def _time(self, name: str) -> float:
         self._process.stdin.write(name + "\n")
@@ -161,13 +162,7 @@ def lookups_benchmark(rows: int, dim: int, batch: int, fields: int, distribution
     for table in tables.values():
         table.eval()
     bag_ids = {length: ids_for(rows, (batch * fields, length), distribution, seed=length) for length in BAG_LENGTHS}
-    with contextlib.ExitStack() as stack:
-        peer = stack.enter_context(Peers(peers, weight, ids_np, bag_ids, threads)) if peers else None
-
-        def peer_candidates(pooled: bool, length: int | None = None) -> dict[str, TimedElsewhere]:
-            names = [n for n in (peer.names if peer else []) if ("L=" in n) == pooled and
-                     (length is None or n.endswith(f", L={length}"))]
-            return peer.candidates(names) if peer else {}
+    with Peers(peers, weight, ids_np, bag_ids, threads) if peers else contextlib.nullcontext() as peer:
         candidates = {"paddle.nn.Embedding fp32": lambda: baseline(ids),
                       "numpy take fp32": lambda: np.take(weight, ids_np, 0)}
         candidates.update({f"paddle_edo {name}": (lambda t=table: t(ids)) for name, table in tables.items()})
@@ -175,10 +170,9 @@ def lookups_benchmark(rows: int, dim: int, batch: int, fields: int, distribution
             half = QuantizedEmbedding.from_embedding(baseline, "int8", output_dtype=output_dtype)
             half.eval()
             candidates[f"paddle_edo int8 -> {output_dtype}"] = lambda t=half: t(ids)
-        candidates.update(peer_candidates(pooled=False))
-        settle_s = Peers.SETTLE_S if peer else 0.0
+        candidates.update(peer.candidates() if peer else {})
         with paddle.no_grad():
-            ms = side_by_side(candidates, repeats=repeats, primed=True, settle_s=settle_s)
+            ms = side_by_side(candidates, repeats=repeats, primed=True)
         bags = {f"{name} {mode}": EmbeddingBag(rows, dim, mode, table=tables[name])
                 for name in BAG_FORMATS for mode in ("sum", "mean")}
         bag_ms = {}
@@ -186,9 +180,9 @@ def lookups_benchmark(rows: int, dim: int, batch: int, fields: int, distribution
             bag_input = paddle.to_tensor(lengths_ids)
             pooled = {f"lookup then sum, L={length}": lambda b=bag_input: baseline(b).sum(axis=1),
                       **{f"bag {name}, L={length}": (lambda bag=bag, b=bag_input: bag(b)) for name, bag in bags.items()},
-                      **peer_candidates(pooled=True, length=length)}
+                      **(peer.candidates(length) if peer else {})}
             with paddle.no_grad():
-                bag_ms.update(side_by_side(pooled, repeats=repeats, primed=True, settle_s=settle_s))
+                bag_ms.update(side_by_side(pooled, repeats=repeats, primed=True))
     static = to_static_times({"paddle.nn.Embedding fp32": baseline, **{f"paddle_edo {n}": tables[n]
                                                                        for n in STATIC_FORMATS}}, ids, repeats)
     ms.update({f"to_static {name}": value for name, value in static.items()})
