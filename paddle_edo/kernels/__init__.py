@@ -16,6 +16,8 @@ is kept under ~/.cache/paddle_extensions) and needs a C++ compiler; without one,
 PADDLE_EDO_FUSED_KERNELS=0, every layer keeps its composite path and the monitor its numpy path.
 PADDLE_EDO_MAX_CPU_ISA (avx512, avx2 or portable) caps the instruction set the kernels use (cpu_isa.h):
 each narrower path gives the same bits, and can be run on a machine that has the widest.
+Outputs past half the last-level cache are written with streaming stores (streaming_stores.h);
+PADDLE_EDO_STREAMING_STORES (always or never) overrides that rule, the values the same either way.
 """
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ SOURCES = [Path(__file__).with_name(name)
                         "row_norms.cc", "openmp.cc", "keyed_random.cc")]
 HEADERS = [Path(__file__).with_name(name)  # included by the sources: part of a build's key
            for name in ("packed_rows.h", "half_rows.h", "huge_pages.h", "cpu_isa.h", "prefetch.h", "fake_quant.h",
-                         "optimizer_states.h", "keyed_random.h")]
+                         "optimizer_states.h", "keyed_random.h", "streaming_stores.h")]
 NAME = "paddle_edo_lookups"
 # -ffp-contract=off: no fused multiply-adds (the composite ops' exact roundings). -fno-tree-loop-distribute-patterns:
 # GCC turns the bags' loops over their registers' accumulators (zeroing them, storing them) into memset and
@@ -52,6 +54,7 @@ NAME = "paddle_edo_lookups"
 # bag: fp32 bags of one id took 1.5x a plain gather on a 2-core AMD EPYC Zen 3).
 FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off", "-fno-tree-loop-distribute-patterns"]
 CPU_ISAS = ("avx512", "avx2", "portable")  # PADDLE_EDO_MAX_CPU_ISA's values, widest first
+STREAMING_STORES = ("always", "never")  # PADDLE_EDO_STREAMING_STORES's values (unset: by the output's size)
 _loaded: dict[str, tuple[ModuleType, Path] | None] = {}
 _C_FUNCTIONS = {  # row_norms.cc's, openmp.cc's and keyed_random.cc's functions: (result, argument types)
     "edo_summarize_groups": (ctypes.c_int64, [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 11]),
@@ -118,6 +121,11 @@ def _build() -> tuple[ModuleType, Path] | None:
     isa = os.environ.get("PADDLE_EDO_MAX_CPU_ISA")
     if isa is not None and isa not in CPU_ISAS:
         raise EdoValueError(f"PADDLE_EDO_MAX_CPU_ISA={isa!r}: expected one of {', '.join(CPU_ISAS)}")
+    streaming = os.environ.get("PADDLE_EDO_STREAMING_STORES") or None  # empty: unset
+    if streaming is not None and streaming not in STREAMING_STORES:
+        raise EdoValueError(f"PADDLE_EDO_STREAMING_STORES={streaming!r}: expected one of "
+                            f"{', '.join(STREAMING_STORES)} (or unset: streaming stores for outputs past half "
+                            f"the last-level cache)")
     from paddle.utils.cpp_extension import load
     from paddle.utils.cpp_extension.extension_utils import _import_module_from_library, get_build_directory
 

@@ -15,6 +15,7 @@
 
 #include "packed_rows.h"
 #include "paddle/extension.h"
+#include "streaming_stores.h"
 
 namespace {
 
@@ -232,11 +233,37 @@ EDO_AVX2 void AddChunk(__m256* acc, const Row& row, float w) {
   }
 }
 
+// How a summed bag's registers are written: divided by the bag's count for a mean (an empty bag's, all
+// zeros, as they are), and with streaming stores where the output is large (streaming_stores.h).
+struct BagWrite {
+  bool divide;
+  float count;
+  bool stream;
+};
+
+// The entries a bag counts: all but the padding id's.
+template <bool kPadded>
+inline int64_t CountedEntries(const Bags& bags, int64_t b) {
+  int64_t count = bags.offsets[b + 1] - bags.offsets[b];
+  if (kPadded) {
+    for (int64_t j = bags.offsets[b]; j < bags.offsets[b + 1]; ++j) count -= bags.Skipped(j);
+  }
+  return count;
+}
+
+template <bool kPadded>
+inline BagWrite WriteOf(const Bags& bags, int mode, int64_t b, bool stream) {
+  const int64_t count = CountedEntries<kPadded>(bags, b);
+  return {mode == kMean && count > 0, static_cast<float>(count), stream};
+}
+
 // Columns [start, start + 8 kVectors) of bag b's sum (kWeighted: weighted; kPadded: the padding id's
-// entries skipped) into out. Each entry prefetches its own columns of the row kPrefetchDistance entries on
-// (padding entries too: a prefetch reads nothing), but for the last kPrefetchDistance entries of the batch.
+// entries skipped) into out, as ``write`` says. Each entry prefetches its own columns of the row
+// kPrefetchDistance entries on (padding entries too: a prefetch reads nothing), but for the last
+// kPrefetchDistance entries of the batch.
 template <int kVectors, bool kWeighted, bool kPadded, typename Source>
-EDO_AVX2 void SumChunkAvx2(const Bags& bags, const Source& source, int64_t b, int64_t start, float* out) {
+EDO_AVX2 void SumChunkAvx2(const Bags& bags, const Source& source, int64_t b, int64_t start, const BagWrite& write,
+                           float* out) {
   const int64_t* const index = bags.index;
   const int64_t* const ids = bags.ids;
   const float* const weights = bags.weights;
@@ -253,44 +280,38 @@ EDO_AVX2 void SumChunkAvx2(const Bags& bags, const Source& source, int64_t b, in
     if (kPadded && ids[j] == padding_idx) continue;
     AddChunk<kVectors, kWeighted>(acc, source.RowOf(index[j], start), kWeighted ? weights[j] : 0.0f);
   }
-  for (int v = 0; v < kVectors; ++v) _mm256_storeu_ps(out + start + 8 * v, acc[v]);
-}
-
-// A summed bag's end: zeros where no entry counted (an empty bag, in every mode, weighted too), the sum
-// divided by the count for a mean.
-template <bool kPadded>
-inline void FinishBag(const Bags& bags, int mode, int64_t b, float* acc) {
-  int64_t count = bags.offsets[b + 1] - bags.offsets[b];
-  if (kPadded) {
-    for (int64_t j = bags.offsets[b]; j < bags.offsets[b + 1]; ++j) count -= bags.Skipped(j);
+  if (write.divide) {
+    const __m256 count = _mm256_set1_ps(write.count);
+    for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_div_ps(acc[v], count);
   }
-  if (count == 0) {
-    std::fill(acc, acc + bags.dim, 0.0f);
-  } else if (mode == kMean) {
-    const float n = static_cast<float>(count);
-    for (int64_t d = 0; d < bags.dim; ++d) acc[d] /= n;
+  for (int v = 0; v < kVectors; ++v) {
+    if (write.stream) {
+      _mm256_stream_ps(out + start + 8 * v, acc[v]);
+    } else {
+      _mm256_storeu_ps(out + start + 8 * v, acc[v]);
+    }
   }
 }
 
 // Inlined, with its chunks, into the loop over the bags: a call per bag (and the stack frame of one) costs as
 // much as a bag of one row takes (fp32 bags of one id, 1e6 x 64 table, AMD EPYC Zen 3).
 template <bool kWeighted, bool kPadded, typename Source>
-EDO_AVX2 void SumBagAvx2(const Bags& bags, const Source& source, int mode, int64_t b, float* out) {
+EDO_AVX2 void SumBagAvx2(const Bags& bags, const Source& source, int mode, int64_t b, bool stream, float* out) {
   const int64_t dim = bags.dim;
-  float* acc = out + b * dim;
+  const BagWrite write = WriteOf<kPadded>(bags, mode, b, stream);
+  float* bag = out + b * dim;
   for (int64_t start = 0; start < dim; start += 64) {
     switch (std::min<int64_t>(8, (dim - start) / 8)) {
-      case 1: SumChunkAvx2<1, kWeighted, kPadded>(bags, source, b, start, acc); break;
-      case 2: SumChunkAvx2<2, kWeighted, kPadded>(bags, source, b, start, acc); break;
-      case 3: SumChunkAvx2<3, kWeighted, kPadded>(bags, source, b, start, acc); break;
-      case 4: SumChunkAvx2<4, kWeighted, kPadded>(bags, source, b, start, acc); break;
-      case 5: SumChunkAvx2<5, kWeighted, kPadded>(bags, source, b, start, acc); break;
-      case 6: SumChunkAvx2<6, kWeighted, kPadded>(bags, source, b, start, acc); break;
-      case 7: SumChunkAvx2<7, kWeighted, kPadded>(bags, source, b, start, acc); break;
-      default: SumChunkAvx2<8, kWeighted, kPadded>(bags, source, b, start, acc); break;
+      case 1: SumChunkAvx2<1, kWeighted, kPadded>(bags, source, b, start, write, bag); break;
+      case 2: SumChunkAvx2<2, kWeighted, kPadded>(bags, source, b, start, write, bag); break;
+      case 3: SumChunkAvx2<3, kWeighted, kPadded>(bags, source, b, start, write, bag); break;
+      case 4: SumChunkAvx2<4, kWeighted, kPadded>(bags, source, b, start, write, bag); break;
+      case 5: SumChunkAvx2<5, kWeighted, kPadded>(bags, source, b, start, write, bag); break;
+      case 6: SumChunkAvx2<6, kWeighted, kPadded>(bags, source, b, start, write, bag); break;
+      case 7: SumChunkAvx2<7, kWeighted, kPadded>(bags, source, b, start, write, bag); break;
+      default: SumChunkAvx2<8, kWeighted, kPadded>(bags, source, b, start, write, bag); break;
     }
   }
-  FinishBag<kPadded>(bags, mode, b, acc);
 }
 
 // Sixteen-lane row sources for the AVX-512 sums, as the 8-lane ones above: fp32 rows read in place, and
@@ -334,7 +355,7 @@ struct Int8Lanes16 : CodeChunks<8> {
 // bits), kVectors of them: columns [start, start + 16 kVectors).
 template <int kVectors, bool kWeighted, bool kPadded, typename Source>
 __attribute__((target("avx2,f16c,avx512f"))) void SumChunkAvx512(const Bags& bags, const Source& source, int64_t b,
-                                                                 int64_t start, float* out) {
+                                                                 int64_t start, const BagWrite& write, float* out) {
   const int64_t* const index = bags.index;
   const int64_t* const ids = bags.ids;
   const float* const weights = bags.weights;
@@ -353,24 +374,39 @@ __attribute__((target("avx2,f16c,avx512f"))) void SumChunkAvx512(const Bags& bag
       for (int v = 0; v < kVectors; ++v) acc[v] = _mm512_add_ps(acc[v], row.At(16 * v));
     }
   }
-  for (int v = 0; v < kVectors; ++v) _mm512_storeu_ps(out + start + 16 * v, acc[v]);
+  if (write.divide) {
+    const __m512 count = _mm512_set1_ps(write.count);
+    for (int v = 0; v < kVectors; ++v) acc[v] = _mm512_div_ps(acc[v], count);
+  }
+  for (int v = 0; v < kVectors; ++v) {
+    if (write.stream) {
+      _mm512_stream_ps(out + start + 16 * v, acc[v]);
+    } else {
+      _mm512_storeu_ps(out + start + 16 * v, acc[v]);
+    }
+  }
 }
 
 template <bool kWeighted, bool kPadded, typename Source>
 void SumBagsAvx512(const Bags& bags, const Source& source, int mode, float* out) {
   const int64_t dim = bags.dim;
-#pragma omp parallel for if (bags.num_bags > kParallelBags)
-  for (int64_t b = 0; b < bags.num_bags; ++b) {
-    float* acc = out + b * dim;
-    for (int64_t start = 0; start < dim; start += 64) {
-      switch (std::min<int64_t>(4, (dim - start) / 16)) {
-        case 1: SumChunkAvx512<1, kWeighted, kPadded>(bags, source, b, start, acc); break;
-        case 2: SumChunkAvx512<2, kWeighted, kPadded>(bags, source, b, start, acc); break;
-        case 3: SumChunkAvx512<3, kWeighted, kPadded>(bags, source, b, start, acc); break;
-        default: SumChunkAvx512<4, kWeighted, kPadded>(bags, source, b, start, acc); break;
+  const bool stream = edo::StreamsOutput(out, sizeof(float) * bags.num_bags * dim, 64);
+#pragma omp parallel if (bags.num_bags > kParallelBags)
+  {
+#pragma omp for
+    for (int64_t b = 0; b < bags.num_bags; ++b) {
+      const BagWrite write = WriteOf<kPadded>(bags, mode, b, stream);
+      float* bag = out + b * dim;
+      for (int64_t start = 0; start < dim; start += 64) {
+        switch (std::min<int64_t>(4, (dim - start) / 16)) {
+          case 1: SumChunkAvx512<1, kWeighted, kPadded>(bags, source, b, start, write, bag); break;
+          case 2: SumChunkAvx512<2, kWeighted, kPadded>(bags, source, b, start, write, bag); break;
+          case 3: SumChunkAvx512<3, kWeighted, kPadded>(bags, source, b, start, write, bag); break;
+          default: SumChunkAvx512<4, kWeighted, kPadded>(bags, source, b, start, write, bag); break;
+        }
       }
     }
-    FinishBag<kPadded>(bags, mode, b, acc);
+    edo::FenceStreamingStores(stream);
   }
 }
 
@@ -381,8 +417,13 @@ bool RegisterPathServes(int mode, int64_t dim) {
 
 template <bool kWeighted, bool kPadded, typename Source>
 __attribute__((target("avx2,f16c"))) void SumBagsAvx2(const Bags& bags, const Source& source, int mode, float* out) {
-#pragma omp parallel for if (bags.num_bags > kParallelBags)
-  for (int64_t b = 0; b < bags.num_bags; ++b) SumBagAvx2<kWeighted, kPadded>(bags, source, mode, b, out);
+  const bool stream = edo::StreamsOutput(out, sizeof(float) * bags.num_bags * bags.dim, 32);
+#pragma omp parallel if (bags.num_bags > kParallelBags)
+  {
+#pragma omp for
+    for (int64_t b = 0; b < bags.num_bags; ++b) SumBagAvx2<kWeighted, kPadded>(bags, source, mode, b, stream, out);
+    edo::FenceStreamingStores(stream);
+  }
 }
 
 // run(weighted, padded) with the bags' weights and padding id as compile-time flags (std::bool_constant

@@ -1,5 +1,7 @@
 """Every narrower instruction set's kernels (PADDLE_EDO_MAX_CPU_ISA, kernels/cpu_isa.h) give the composite
-ops' bits too: the bit-for-bit kernel tests run again, in a process whose kernels are capped."""
+ops' bits too, and so do outputs written with streaming stores (PADDLE_EDO_STREAMING_STORES,
+kernels/streaming_stores.h): the bit-for-bit kernel tests run again, in a process whose kernels are capped, or
+stream every output (the tests' outputs are far below the size that streams by default)."""
 import os
 import subprocess
 import sys
@@ -23,9 +25,12 @@ BIT_FOR_BIT = [  # the tests that compare kernels with the composite ops, each p
 ]
 
 
-@pytest.mark.parametrize("isa", ["avx2", "portable"])
-def test_capped_kernels_give_the_composite_bits(isa):
-    env = {**os.environ, "PADDLE_EDO_MAX_CPU_ISA": isa, "OMP_NUM_THREADS": "2"}
+@pytest.mark.parametrize("setting", [{"PADDLE_EDO_MAX_CPU_ISA": "avx2"}, {"PADDLE_EDO_MAX_CPU_ISA": "portable"},
+                                     {"PADDLE_EDO_STREAMING_STORES": "always"},
+                                     {"PADDLE_EDO_STREAMING_STORES": "always", "PADDLE_EDO_MAX_CPU_ISA": "avx2"}],
+                         ids=["avx2", "portable", "streaming", "avx2-streaming"])
+def test_capped_or_streaming_kernels_give_the_composite_bits(setting):
+    env = {**os.environ, **setting, "OMP_NUM_THREADS": "2"}
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
                           *[str(TESTS / test) for test in BIT_FOR_BIT]],
                          env=env, cwd=TESTS.parent, capture_output=True, text=True, timeout=900)
@@ -38,6 +43,20 @@ def test_an_unknown_instruction_set_is_refused_naming_the_variable(monkeypatch):
     monkeypatch.delitem(kernels._loaded, kernels.NAME, raising=False)
     with pytest.raises(EdoValueError, match=r"PADDLE_EDO_MAX_CPU_ISA='sse4': expected one of avx512, avx2, portable"):
         kernels.fused_ops()
+
+
+def test_an_unknown_streaming_setting_is_refused_naming_the_variable(monkeypatch):
+    monkeypatch.setenv("PADDLE_EDO_STREAMING_STORES", "yes")
+    monkeypatch.delitem(kernels._loaded, kernels.NAME, raising=False)
+    with pytest.raises(EdoValueError, match=r"PADDLE_EDO_STREAMING_STORES='yes': expected one of always, never"):
+        kernels.fused_ops()
+
+
+def test_outputs_are_aligned_for_streaming_stores():
+    """The kernels stream only into outputs aligned for AVX-512's 64-byte stores: Paddle's CPU buffers are,
+    so the streaming runs above take that path."""
+    import paddle
+    assert all(paddle.empty([rows, 64]).data_ptr() % 64 == 0 for rows in (1, 3, 300, 106496))
 
 
 STATES_SCRIPT = """
