@@ -6,9 +6,11 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu_isa.h"
 #include "huge_pages.h"
 #include "prefetch.h"
 #include "paddle/extension.h"
+#include "streaming_stores.h"
 
 namespace {
 
@@ -55,14 +57,22 @@ std::vector<paddle::Tensor> DenseLookup(const paddle::Tensor& ids, const paddle:
   paddle::Tensor out = Output(ids, width);
   float* o = out.data<float>();
   const int64_t bytes = sizeof(float) * width;
-#pragma omp parallel for if (n > kParallelLookups)
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kCopyPrefetchDistance < n) Prefetch<kIntoL1>(t + id[i + kCopyPrefetchDistance] * width, bytes);
-    if (has_padding && id[i] == padding_idx) {
-      std::memset(o + i * width, 0, bytes);
-    } else {
-      std::memcpy(o + i * width, t + id[i] * width, bytes);
+  const bool stream = edo::HasAvx2() && width % 8 == 0 && edo::StreamsOutput(o, bytes * n, 32);
+#pragma omp parallel if (n > kParallelLookups)
+  {
+#pragma omp for
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + kCopyPrefetchDistance < n) Prefetch<kIntoL1>(t + id[i + kCopyPrefetchDistance] * width, bytes);
+      const bool padding = has_padding && id[i] == padding_idx;
+      if (stream) {
+        padding ? edo::StreamZeros(o + i * width, width) : edo::StreamRow(o + i * width, t + id[i] * width, width);
+      } else if (padding) {
+        std::memset(o + i * width, 0, bytes);
+      } else {
+        std::memcpy(o + i * width, t + id[i] * width, bytes);
+      }
     }
+    edo::FenceStreamingStores(stream);
   }
   return {out};
 }

@@ -10,6 +10,7 @@
 #include "half_rows.h"
 #include "packed_rows.h"
 #include "paddle/extension.h"
+#include "streaming_stores.h"
 
 namespace {
 
@@ -37,10 +38,10 @@ std::vector<int64_t> RowsShape(const std::vector<int64_t>& ids, int64_t dim) {
 
 // Each id's row [dim] of ``out`` written by a writer, write(id, row), the padding id's row zeros; rows
 // prefetched ahead; threads over large batches, each with its own writer from make_writer() (where a writer
-// keeps a scratch row).
+// keeps a scratch row). ``streamed``: the writer writes with streaming stores, fenced at each thread's end.
 template <typename T, typename MakeWriter>
 void WriteRows(const PackedTable& table, const int64_t* id, int64_t n, int64_t dim, bool has_padding,
-               int64_t padding_idx, T* out, MakeWriter make_writer) {
+               int64_t padding_idx, T* out, MakeWriter make_writer, bool streamed = false) {
 #pragma omp parallel if (n > kParallelLookups)
   {
     auto write = make_writer();
@@ -53,42 +54,74 @@ void WriteRows(const PackedTable& table, const int64_t* id, int64_t n, int64_t d
         write(id[i], out + i * dim);
       }
     }
+    edo::FenceStreamingStores(streamed);
   }
 }
 
-// A code row rounded to fp16 / bf16 as it is decoded, eight lanes at a time (the AVX2 path): the lanes the
-// row decoders store (packed_rows.h), rounded by HalfLanes, so the same bits as decoding into a scratch row
-// and rounding that. Measured on a 2-core AMD EPYC Zen 3 (AVX2), int8 -> fp16 of 4096 x 26 ids from a 1e6 x
-// 64 table: see docs/benchmarks.md.
-template <int kHalf, typename Lanes>
-__attribute__((target("avx2,f16c"))) void HalfCodeRowAvx2(const int8_t* codes, const uint16_t* params, int64_t dim,
-                                                          uint16_t* out) {
+// A code row decoded eight lanes at a time (the AVX2 path), each lane group put by Put: the lanes the row
+// decoders store (packed_rows.h), so the same bits as DecodeRow.
+template <typename Lanes, typename Put>
+__attribute__((target("avx2,f16c"))) void CodeRowAvx2(const int8_t* codes, const uint16_t* params, int64_t dim,
+                                                      typename Put::Element* out) {
   const Lanes lanes = Lanes::Of(codes, params);
-  for (int64_t j = 0; j < dim; j += 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), HalfLanes<kHalf>(lanes.At(j)));
-  }
+  for (int64_t j = 0; j < dim; j += 8) Put::Lanes(out + j, lanes.At(j));
 }
 
-using HalfCodeRowFn = void (*)(const int8_t* codes, const uint16_t* params, int64_t dim, uint16_t* out);
-
-// The AVX2 path's rounding decoder of a format whose rows come eight lanes at a time (int8, int4, int2,
-// binary; rows of whole 8-lane groups), or null: then rows are decoded into scratch rows and rounded after
-// (as the AVX-512 path always does).
+// Rounded to fp16 / bf16 as they are decoded (HalfLanes), rather than through a scratch row. Measured on a
+// 2-core AMD EPYC Zen 3 (AVX2), int8 -> fp16 of 4096 x 26 ids from a 1e6 x 64 table: see docs/benchmarks.md.
 template <int kHalf>
-HalfCodeRowFn HalfCodeRowWriter(int format, int64_t dim) {
+struct PutHalf {
+  using Element = uint16_t;
+  static constexpr bool kStreamed = false;
+  __attribute__((target("avx2,f16c"), always_inline)) static void Lanes(uint16_t* out, __m256 lanes) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), HalfLanes<kHalf>(lanes));
+  }
+};
+
+// fp32 with streaming stores, for outputs past half the last-level cache (streaming_stores.h); 32-byte
+// aligned rows. Streamed from scratch rows instead, the rows of 8-bit and narrower codes were 1.3x slower
+// than written in place (1e6 x 64, uniform ids, same Zen 3).
+struct PutStreamed {
+  using Element = float;
+  static constexpr bool kStreamed = true;
+  __attribute__((target("avx2,f16c"), always_inline)) static void Lanes(float* out, __m256 lanes) {
+    _mm256_stream_ps(out, lanes);
+  }
+};
+
+template <typename Put>
+using EightLaneRowFn = void (*)(const int8_t* codes, const uint16_t* params, int64_t dim, typename Put::Element* out);
+
+// The AVX2 path's decoder of a format whose rows come eight lanes at a time (int8, int4, int2, binary; rows
+// of whole 8-lane groups), or null: then rows are decoded whole by DecodeRow (as the AVX-512 path always
+// does) and written as the caller writes them.
+template <typename Put>
+EightLaneRowFn<Put> CodeRowWriter(int format, int64_t dim) {
   if (!edo::HasAvx2() || edo::HasAvx512() || dim % 8 != 0) return nullptr;
   switch (format) {
-    case kInt8: return HalfCodeRowAvx2<kHalf, Int8Lanes>;
-    case kInt4: return HalfCodeRowAvx2<kHalf, BitLanes<4, false>>;
-    case kInt2: return HalfCodeRowAvx2<kHalf, BitLanes<2, false>>;
-    case kBinary: return HalfCodeRowAvx2<kHalf, BitLanes<1, true>>;
+    case kInt8: return CodeRowAvx2<Int8Lanes, Put>;
+    case kInt4: return CodeRowAvx2<BitLanes<4, false>, Put>;
+    case kInt2: return CodeRowAvx2<BitLanes<2, false>, Put>;
+    case kBinary: return CodeRowAvx2<BitLanes<1, true>, Put>;
     default: return nullptr;
   }
 }
 
+// Each id's row written by code_row straight from its codes (the padding id's zeros).
+template <typename Put>
+void WriteCodeRows(const PackedTable& table, const int64_t* id, int64_t n, int64_t dim, bool has_padding,
+                   int64_t padding_idx, EightLaneRowFn<Put> code_row, typename Put::Element* out) {
+  WriteRows(table, id, n, dim, has_padding, padding_idx, out, [&] {
+    return [&](int64_t r, typename Put::Element* row) {
+      code_row(table.codes() + r * table.row_bytes(), table.params() + r * table.params_per_row(), dim, row);
+    };
+  }, Put::kStreamed);
+}
+
 }  // namespace
 
-// ids [...] int64 -> fp32 rows [..., dim] of a packed table (see PackedTable).
+// ids [...] int64 -> fp32 rows [..., dim] of a packed table (see PackedTable); a large output of the AVX2
+// path's 8-lane formats streamed out as decoded (streaming_stores.h).
 std::vector<paddle::Tensor> QuantizedLookup(const paddle::Tensor& ids, const paddle::Tensor& codes,
                                             const paddle::Tensor& params, int format, int64_t dim,
                                             bool has_padding, int64_t padding_idx) {
@@ -96,15 +129,22 @@ std::vector<paddle::Tensor> QuantizedLookup(const paddle::Tensor& ids, const pad
   const int64_t n = ids.numel();
   const int64_t* id = CheckedIds(ids, table);
   paddle::Tensor out = paddle::empty(RowsShape(ids.shape(), dim), paddle::DataType::FLOAT32, paddle::CPUPlace());
-  WriteRows(table, id, n, dim, has_padding, padding_idx, out.data<float>(),
+  float* o = out.data<float>();
+  const EightLaneRowFn<PutStreamed> streamed = CodeRowWriter<PutStreamed>(format, dim);
+  if (streamed != nullptr && edo::StreamsOutput(o, sizeof(float) * n * dim, 32)) {
+    WriteCodeRows<PutStreamed>(table, id, n, dim, has_padding, padding_idx, streamed, o);
+    return {out};
+  }
+  WriteRows(table, id, n, dim, has_padding, padding_idx, o,
             [&] { return [&](int64_t r, float* row) { table.DecodeRow(r, row); }; });
   return {out};
 }
 
-// The same rows as fp16 or bf16 (kHalf), decoded kHalfBlock rows at a time into scratch rows, then rounded
-// as they are written: a row read back right after its decoder's stores waits for them (wide stores do not
-// forward to the loads that follow), where a block's first rows have long reached the cache. A table stored
-// in the output's format gives its rows' bits (rounding a value of the format to it is the identity).
+// The same rows as fp16 or bf16 (kHalf): rounded as they are decoded (the AVX2 path's 8-lane formats), or
+// decoded kHalfBlock rows at a time into scratch rows, then rounded as they are written: a row read back
+// right after its decoder's stores waits for them (wide stores do not forward to the loads that follow),
+// where a block's first rows have long reached the cache. A table stored in the output's format gives its
+// rows' bits (rounding a value of the format to it is the identity).
 template <int kHalf>
 std::vector<paddle::Tensor> QuantizedLookupHalf(const paddle::Tensor& ids, const paddle::Tensor& codes,
                                                 const paddle::Tensor& params, int format, int64_t dim,
@@ -123,13 +163,9 @@ std::vector<paddle::Tensor> QuantizedLookupHalf(const paddle::Tensor& ids, const
     });
     return {out};
   }
-  const HalfCodeRowFn code_row = HalfCodeRowWriter<kHalf>(format, dim);
+  const EightLaneRowFn<PutHalf<kHalf>> code_row = CodeRowWriter<PutHalf<kHalf>>(format, dim);
   if (code_row != nullptr) {
-    WriteRows(table, id, n, dim, has_padding, padding_idx, o, [&] {
-      return [&](int64_t r, uint16_t* row) {
-        code_row(table.codes() + r * table.row_bytes(), table.params() + r * table.params_per_row(), dim, row);
-      };
-    });
+    WriteCodeRows<PutHalf<kHalf>>(table, id, n, dim, has_padding, padding_idx, code_row, o);
     return {out};
   }
   const HalfRowFn write_row = HalfRowWriter(kHalf);

@@ -52,6 +52,16 @@ inline bool StreamsOutput(const void* out, size_t bytes, size_t alignment) {
   return bytes > 0 && bytes >= StreamingThresholdBytes() && reinterpret_cast<uintptr_t>(out) % alignment == 0;
 }
 
+// ``count`` floats (a multiple of 8) from ``src`` to ``dst`` (32-byte aligned) with streaming stores.
+__attribute__((target("avx"))) inline void StreamRow(float* dst, const float* src, int64_t count) {
+  for (int64_t j = 0; j < count; j += 8) _mm256_stream_ps(dst + j, _mm256_loadu_ps(src + j));
+}
+
+__attribute__((target("avx"))) inline void StreamZeros(float* dst, int64_t count) {
+  const __m256 zeros = _mm256_setzero_ps();
+  for (int64_t j = 0; j < count; j += 8) _mm256_stream_ps(dst + j, zeros);
+}
+
 // Streaming stores are weakly ordered: each thread that made them fences them before its results are read.
 inline void FenceStreamingStores(bool streamed) {
   if (streamed) _mm_sfence();

@@ -20,6 +20,7 @@ BIT_FOR_BIT = [  # the tests that compare kernels with the composite ops, each p
     "kernels/test_fused_decode.py::test_fp16_outputs_round_ties_away_from_zero_in_every_binade",
     "kernels/test_fused_decode.py::test_fp16_outputs_at_the_edges_of_the_subnormal_rounding",
     "kernels/test_fake_quant.py",
+    "kernels/test_lookups.py",
     "nn/test_bag.py::test_the_kernels_and_the_composite_ops_pool_the_same_bits",
     "nn/test_shared.py::test_fused_lookups_equal_the_composite_ops",
 ]
