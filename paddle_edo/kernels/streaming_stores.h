@@ -8,7 +8,6 @@
 #pragma once
 
 #include <immintrin.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
