@@ -71,6 +71,7 @@ _C_FUNCTIONS = {  # row_norms.cc's, openmp.cc's and keyed_random.cc's functions:
 }
 _functions: dict[str, object] = {}  # each C function, once looked up (None: unavailable)
 _static_fusion = [False]            # whether to_static programs take the fused kernels (fused_static_programs)
+_FLOAT32 = int(paddle.float32)
 
 
 @paddle.jit.not_to_static  # plain Python when to_static traces a layer's lookup
@@ -190,17 +191,24 @@ def kernels_serve(ids: paddle.Tensor, table: paddle.Tensor) -> bool:
     return ids.place.is_cpu_place() and table.place.is_cpu_place() and fused_ops() is not None
 
 
-@contextlib.contextmanager
-def ids_checked_by_kernel(owner: str, num_embeddings: int) -> Iterator[None]:
+def ids_checked_by_kernel(owner: str, num_embeddings: int) -> contextlib.AbstractContextManager[None]:
     """A kernel's refusal of an id outside its table (raised before any read, so a layer need not scan
     its ids first) as the layer's own error: ``EdoIndexError`` naming the layer, the id and the range."""
-    try:
-        yield
-    except OSError as error:
-        found = re.search(r"(?:id|row) (-?\d+) is outside \[0, ", str(error))
-        if found is None:
-            raise
-        raise EdoIndexError(f"{owner}: id {found.group(1)} is out of range [0, {num_embeddings})") from None
+    return _IdsCheckedByKernel(owner, num_embeddings)
+
+
+class _IdsCheckedByKernel(contextlib.AbstractContextManager):
+    """ids_checked_by_kernel's context (a class: a generator's context costs a microsecond more a lookup)."""
+
+    def __init__(self, owner: str, num_embeddings: int) -> None:
+        self.owner, self.num_embeddings = owner, num_embeddings
+
+    def __exit__(self, kind, error, trace) -> None:
+        if isinstance(error, OSError):
+            found = re.search(r"(?:id|row) (-?\d+) is outside \[0, ", str(error))
+            if found is not None:
+                raise EdoIndexError(f"{self.owner}: id {found.group(1)} is out of range [0, {self.num_embeddings})"
+                                    ) from None
 
 
 @paddle.jit.not_to_static
@@ -209,14 +217,20 @@ def can_fuse(ids: paddle.Tensor, *weights: paddle.Tensor) -> bool:
     weights on the CPU, and the extension at hand; or a static program traced inside
     ``fused_static_programs`` with float32 weights."""
     if not paddle.in_dynamic_mode():
-        return _static_fusion[0] and all(w.dtype == paddle.float32 for w in weights) and fused_ops() is not None
+        return _static_fusion[0] and all(is_float32(w) for w in weights) and fused_ops() is not None
     if not ids.place.is_cpu_place():
         return False
-    if paddle.is_grad_enabled() and not all(w.stop_gradient for w in weights):
-        return False
-    if any(w.dtype != paddle.float32 or not w.place.is_cpu_place() for w in weights):
-        return False
+    training = paddle.is_grad_enabled()
+    for weight in weights:
+        if (training and not weight.stop_gradient) or not is_float32(weight) or not weight.place.is_cpu_place():
+            return False
     return fused_ops() is not None
+
+
+def is_float32(tensor: paddle.Tensor) -> bool:
+    """Whether ``tensor`` holds float32 (compared as the dtypes' numbers: Paddle's dtype ``==`` costs a
+    microsecond and a half, and lookups ask on every call)."""
+    return int(tensor.dtype) == _FLOAT32
 
 
 def kernel_isa() -> str:

@@ -62,15 +62,27 @@ const float* CheckedFp32Rows(const paddle::Tensor& rows) {
   return rows.data<float>();
 }
 
+// The bags' output shape: padded ids [..., L] give [..., dim] (no reshape after the call, which costs a
+// dygraph call microseconds); flat ids [N] with offsets give [bags, dim].
+std::vector<int64_t> BagsShape(const std::vector<int64_t>& ids, int64_t bags, int64_t dim) {
+  if (ids.size() < 2) return {bags, dim};
+  std::vector<int64_t> shape(ids.begin(), ids.end() - 1);
+  shape.push_back(dim);
+  return shape;
+}
+
 Bags Check(int64_t num_rows, int64_t dim, const paddle::Tensor& index, const paddle::Tensor& ids,
            const paddle::Tensor& offsets, const paddle::Tensor& weights, bool has_padding, int64_t padding_idx) {
   for (const paddle::Tensor* t : {&index, &ids, &offsets}) {
-    PD_CHECK(t->is_cpu() && t->dtype() == paddle::DataType::INT64 && t->shape().size() == 1,
-             "index, ids and offsets must be 1-D int64 on the CPU");
+    PD_CHECK(t->is_cpu() && t->dtype() == paddle::DataType::INT64, "index, ids and offsets must be int64 on the CPU");
   }
+  PD_CHECK(offsets.shape().size() == 1, "offsets must be 1-D");
   Bags bags{num_rows, dim, index.data<int64_t>(), ids.data<int64_t>(), offsets.data<int64_t>(),
             offsets.numel() - 1, index.numel(), nullptr, has_padding, padding_idx};
   PD_CHECK(ids.numel() == bags.num_entries, "ids and index must have one entry each");
+  if (ids.shape().size() >= 2) {
+    PD_CHECK(bags.num_entries == bags.num_bags * ids.shape().back(), "padded ids [..., L] must make one bag of L a row");
+  }
   PD_CHECK(bags.num_bags >= 0 && bags.offsets[0] == 0 && bags.offsets[bags.num_bags] == bags.num_entries,
            "offsets must start at 0 and end at the number of ids");
   int64_t first_decrease = bags.num_bags, first_bad = bags.num_entries;  // both scans before any row is read
@@ -476,9 +488,9 @@ bool SumPackedBags(const Bags& bags, const PackedTable& table, int mode, float* 
 
 }  // namespace
 
-// rows [R, D], index/ids [N], offsets [B + 1], weights [N] or [0] -> out [B, D] and, for max, the entry
-// each output value came from ([B, D]; a [1, 1] placeholder otherwise: Paddle refuses an empty output),
-// which the backward pass routes the gradient to.
+// rows [R, D], index/ids [N] (or padded [..., L]), offsets [B + 1], weights [N] or [0] -> out [B, D] (or
+// [..., D]) and, for max, the entry each output value came from ([B, D]; a [1, 1] placeholder otherwise:
+// Paddle refuses an empty output), which the backward pass routes the gradient to.
 std::vector<paddle::Tensor> BagPool(const paddle::Tensor& rows, const paddle::Tensor& index, const paddle::Tensor& ids,
                                     const paddle::Tensor& offsets, const paddle::Tensor& weights, int mode,
                                     bool has_padding, int64_t padding_idx) {
@@ -488,7 +500,8 @@ std::vector<paddle::Tensor> BagPool(const paddle::Tensor& rows, const paddle::Te
   if (bags.index == bags.ids) {  // rows read at the ids themselves: the table (training reads a batch's own rows)
     edo::PlaceTableOnHugePages(source.rows, sizeof(float) * rows.numel());
   }
-  paddle::Tensor out = paddle::empty({bags.num_bags, bags.dim}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  paddle::Tensor out = paddle::empty(BagsShape(ids.shape(), bags.num_bags, bags.dim), paddle::DataType::FLOAT32,
+                                    paddle::CPUPlace());
   const bool max = mode == kMax;
   paddle::Tensor argmax = paddle::empty({max ? bags.num_bags : 1, max ? bags.dim : 1}, paddle::DataType::INT64,
                                         paddle::CPUPlace());
@@ -508,8 +521,8 @@ std::vector<paddle::Tensor> BagPool(const paddle::Tensor& rows, const paddle::Te
   return {out, argmax};
 }
 
-// Bags of a packed table's rows (see PackedTable), without gradient: ids [N], offsets [B + 1], weights
-// [N] or [0] -> [B, dim].
+// Bags of a packed table's rows (see PackedTable), without gradient: ids [N] (or padded [..., L]), offsets
+// [B + 1], weights [N] or [0] -> [B, dim] (or [..., dim]).
 std::vector<paddle::Tensor> PackedBagPool(const paddle::Tensor& ids, const paddle::Tensor& codes,
                                           const paddle::Tensor& params, const paddle::Tensor& offsets,
                                           const paddle::Tensor& weights, int format, int64_t dim, int mode,
@@ -518,7 +531,8 @@ std::vector<paddle::Tensor> PackedBagPool(const paddle::Tensor& ids, const paddl
   const PackedTable table(codes, params, format, dim);
   const PackedRows source{table};
   const Bags bags = Check(table.rows(), dim, ids, ids, offsets, weights, has_padding, padding_idx);
-  paddle::Tensor out = paddle::empty({bags.num_bags, dim}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  paddle::Tensor out = paddle::empty(BagsShape(ids.shape(), bags.num_bags, dim), paddle::DataType::FLOAT32,
+                                    paddle::CPUPlace());
   float* o = out.data<float>();
   if (RegisterPathServes(mode, dim) && SumPackedBags(bags, table, mode, o)) return {out};
   std::vector<int64_t> argmax(mode == kMax ? bags.num_bags * dim : 0);
@@ -637,7 +651,7 @@ std::vector<std::vector<int64_t>> BagPoolShape(const std::vector<int64_t>& rows,
                                                const std::vector<int64_t>& weights, int mode, bool has_padding,
                                                int64_t padding_idx) {
   const int64_t bags = offsets[0] < 0 ? -1 : offsets[0] - 1;
-  return {{bags, rows[1]}, {mode == kMax ? bags : 1, mode == kMax ? rows[1] : 1}};
+  return {BagsShape(ids, bags, rows[1]), {mode == kMax ? bags : 1, mode == kMax ? rows[1] : 1}};
 }
 
 std::vector<std::vector<int64_t>> PackedBagPoolShape(const std::vector<int64_t>& ids,
@@ -646,7 +660,7 @@ std::vector<std::vector<int64_t>> PackedBagPoolShape(const std::vector<int64_t>&
                                                      const std::vector<int64_t>& offsets,
                                                      const std::vector<int64_t>& weights, int format, int64_t dim,
                                                      int mode, bool has_padding, int64_t padding_idx) {
-  return {{offsets[0] < 0 ? -1 : offsets[0] - 1, dim}};
+  return {BagsShape(ids, offsets[0] < 0 ? -1 : offsets[0] - 1, dim)};
 }
 
 std::vector<paddle::DataType> PackedBagPoolDtype(const paddle::DataType&, const paddle::DataType&,

@@ -6,9 +6,11 @@ The kernels beat the composite ops on the processors they were tuned on; on anot
 operator costs more than Paddle's few ids take). So the first call of each class of lookup (kind, format,
 width, and the table's bytes and the batch's ids, each to the nearest power of two) times both paths on its
 own inputs, interleaved: the medians of ``TIMINGS`` rounds, or one round where a path is ``CLEAR_MARGIN``
-times slower. The faster serves from then on. The records are kept beside the built extension
-(``kernel_paths.json``), per processor, kernel instruction set and thread count, so later processes take
-the recorded path at once; ``python -m paddle_edo.kernels`` lists them (``--recalibrate`` forgets them).
+times slower (a round of a class of a few ids calls each path several times, ``ROUND_MS`` in all, as one
+call of tens of microseconds is mostly noise). The faster serves from then on. The records are kept beside
+the built extension (``kernel_paths.json``), per processor, kernel instruction set and thread count, so
+later processes take the recorded path at once; ``python -m paddle_edo.kernels`` lists this processor's
+(``--recalibrate`` forgets them).
 
 Only dynamic-graph calls are timed. A static program traced inside ``fused_static_programs`` takes the
 kernels, as it asks. ``PADDLE_EDO_KERNEL_PATHS=fused`` skips the timing and lets the kernels serve wherever
@@ -18,15 +20,15 @@ Both paths give the same values, so the choice changes speed only.
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import logging
 import math
 import os
 import tempfile
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, NamedTuple, TypeVar
 
 import paddle
 
@@ -42,17 +44,18 @@ SETTINGS = ("calibrate", "fused")  # time both paths once per class; or the kern
 RECORDS = "kernel_paths.json"
 TIMINGS = 7        # rounds of both paths, interleaved; the medians decide
 CLEAR_MARGIN = 3  # a path this many times slower in a first round loses without more rounds
+ROUND_MS = 0.5    # the least time a round calls each path for
 
 T = TypeVar("T")
 _records: dict[str, dict[str, dict]] = {}  # machine -> its records once read (class key -> record)
 _served: Counter = Counter()    # (class key, path) -> calls served in this process
+_machines: dict[int, str] = {}  # thread count -> machine()
 
 
-@dataclass(frozen=True)
-class LookupClass:
+class LookupClass(NamedTuple):
     """The lookups one timing decides for: ``kind`` ("gather", "decode", "bag"), ``variant`` (format,
     output dtype, pooling), the rows' width, and the table's bytes and the call's ids (each counted to the
-    nearest power of two; ``ids`` None: a static program, never timed)."""
+    nearest power of two; ``ids`` None: a static program, never timed). A tuple: made on every lookup."""
 
     kind: str
     variant: str
@@ -62,8 +65,14 @@ class LookupClass:
 
     @property
     def key(self) -> str:
-        calls = "in static programs" if self.ids is None else f"~2^{_octave(self.ids)} ids"
-        return f"{self.kind} {self.variant}, dim {self.dim}, table ~2^{_octave(self.table_bytes)} bytes, {calls}"
+        return _class_key(self.kind, self.variant, self.dim, _octave(self.table_bytes),
+                          None if self.ids is None else _octave(self.ids))
+
+
+@functools.lru_cache(maxsize=1024)
+def _class_key(kind: str, variant: str, dim: int, table_octave: int, ids_octave: int | None) -> str:
+    calls = "in static programs" if ids_octave is None else f"~2^{ids_octave} ids"
+    return f"{kind} {variant}, dim {dim}, table ~2^{table_octave} bytes, {calls}"
 
 
 @paddle.jit.not_to_static
@@ -88,7 +97,10 @@ def setting() -> str:
 def machine() -> str:
     """What a record holds for: the processor, the kernels' instruction set and their threads."""
     threads = c_function("edo_openmp_threads")
-    return f"{processor_name()}; {kernel_isa()} kernels; {threads() if threads else 1} threads"
+    count = threads() if threads else 1
+    if count not in _machines:
+        _machines[count] = f"{processor_name()}; {kernel_isa()} kernels; {count} threads"
+    return _machines[count]
 
 
 def records_file() -> Path | None:
@@ -134,13 +146,23 @@ def serve(lookup: LookupClass, fused: Callable[[], T], composite: Callable[[], T
         candidates = {"fused": fused, "composite": composite}
         ms = side_by_side(candidates, repeats=1, warmup=0)
         if max(ms.values()) < CLEAR_MARGIN * min(ms.values()):  # else one round tells (a slow path costs seconds)
-            ms = side_by_side(candidates, repeats=TIMINGS, warmup=0)
+            calls = max(1, math.ceil(ROUND_MS / max(min(ms.values()), 1e-6)))
+            ms = side_by_side({name: _repeated(path, calls) for name, path in candidates.items()}, repeats=TIMINGS,
+                              warmup=0)
+            ms = {name: value / calls for name, value in ms.items()}
         path = "fused" if ms["fused"] <= ms["composite"] else "composite"
         _record(key, {"path": path, "fused_ms": round(ms["fused"], 4), "composite_ms": round(ms["composite"], 4)})
     else:
         result = fused() if path == "fused" else composite()
     _served[key, path] += 1
     return result
+
+
+def _repeated(path: Callable[[], object], calls: int) -> Callable[[], None]:
+    def run() -> None:
+        for _ in range(calls):
+            path()
+    return run
 
 
 def _record(key: str, record: dict) -> None:
@@ -157,13 +179,18 @@ def _record(key: str, record: dict) -> None:
 def _rewrite(change: Callable[[dict], None]) -> None:
     """Apply ``change`` to this machine's records on disk: under a lock, merged with what other processes
     wrote, replaced atomically."""
+    _rewrite_all(lambda everything: change(everything.setdefault(machine(), {})))
+
+
+def _rewrite_all(change: Callable[[dict], None]) -> None:
+    """Apply ``change`` to every machine's records on disk (machine -> records), as _rewrite does."""
     path = records_file()
     if path is None:
         return
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         everything = _read_all(path)
-        change(everything.setdefault(machine(), {}))
+        change(everything)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as file:
             json.dump(everything, file, indent=1, sort_keys=True)
         os.replace(file.name, path)
@@ -180,8 +207,24 @@ def served() -> dict[str, dict]:
 
 
 def forget() -> int:
-    """Drop this machine's records, on disk and in this process; how many this process knew."""
-    count = len(records())
-    records().clear()
-    _rewrite(dict.clear)
+    """Drop this processor's records, at every thread count, on disk and in this process; how many there were."""
+    count = sum(len(mine) for mine in timed_here().values())
+    _drop_this_processor(_records)
+    _rewrite_all(_drop_this_processor)
     return count
+
+
+def _drop_this_processor(records_by_machine: dict) -> None:
+    for key in [key for key in records_by_machine if _same_processor(key)]:
+        del records_by_machine[key]
+
+
+def timed_here() -> dict[str, dict[str, dict]]:
+    """This processor's records at every thread count, as kept on disk: machine() -> class key -> record."""
+    path = records_file()
+    return {key: mine for key, mine in (_read_all(path) if path is not None else {}).items() if _same_processor(key)}
+
+
+def _same_processor(machine_key: str) -> bool:
+    """Whether a records' machine key names this processor and kernel instruction set (at any thread count)."""
+    return machine_key.rsplit("; ", 1)[0] == machine().rsplit("; ", 1)[0]

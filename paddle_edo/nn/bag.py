@@ -13,13 +13,14 @@ increasing order (what lazy Adam updates without merging).
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import paddle
 
 from ..compat import dynamic_graph_under_sot
 from ..errors import EdoTypeError, EdoValueError
-from ..kernels import fused_ops, ids_checked_by_kernel, kernels_serve
+from ..kernels import fused_ops, ids_checked_by_kernel, is_float32, kernels_serve
 from ..kernels.calibration import lookup_class, serve
 from .base import ID_DTYPES, CompositeEmbedding, EmbeddingBase, dtype_name, int64_ids, known_empty
 from .dedup import distinct_rows, unique_ids
@@ -116,14 +117,14 @@ def _pools_for_training(table: EmbeddingBase) -> bool:
 
 
 def _bag_bounds(ids: paddle.Tensor, offsets: paddle.Tensor | None) -> tuple[paddle.Tensor, paddle.Tensor]:
-    """(flat int64 ids [N], offsets [B + 1]: bag b holds entries offsets[b] .. offsets[b + 1])."""
-    flat = int64_ids(ids).reshape([-1])
-    if offsets is None and paddle.in_dynamic_mode():
-        return flat, _padded_bounds(flat.shape[0], ids.shape[-1])
-    n = paddle.shape(flat).astype("int64")
-    if offsets is None:
-        return flat, paddle.arange(0, n[0] + 1, ids.shape[-1], dtype="int64")
-    return flat, paddle.concat([offsets.astype("int64"), n])
+    """(int64 ids as given: flat [N] with offsets, or padded [..., L], which the kernels pool into [..., D]
+    themselves; bounds [B + 1]: bag b holds entries bounds[b] .. bounds[b + 1] of the flat ids)."""
+    ids = int64_ids(ids)
+    if offsets is not None:
+        return ids, paddle.concat([offsets.astype("int64"), paddle.shape(ids).astype("int64")])
+    if paddle.in_dynamic_mode():
+        return ids, _padded_bounds(math.prod(ids.shape), ids.shape[-1])
+    return ids, paddle.arange(0, paddle.numel(ids).astype("int64") + 1, ids.shape[-1], dtype="int64")
 
 
 @functools.lru_cache(maxsize=16)
@@ -140,28 +141,27 @@ def _native(table: DenseEmbedding | QuantizedEmbedding, ids: paddle.Tensor, offs
     kernels refuse ids outside the table before reading any row; the distinct rows are gathered after a
     check of the ids."""
     table.check_id_dtype(ids)
-    flat, bounds = _bag_bounds(ids, offsets)
+    ids, bounds = _bag_bounds(ids, offsets)
     with ids_checked_by_kernel(table.full_name(), table.num_embeddings):
         if isinstance(table, QuantizedEmbedding):
             params = table.codes if table.row_params is None else table.row_params  # float formats: unused
-            out = fused_ops().edo_packed_bag_pool(flat, table.codes, params, bounds, _entry_weights(weights),
-                                                  FORMAT_NUMBERS[table.format.name], table.embedding_dim,
-                                                  *_pooling(mode, padding_idx))
-        elif paddle.in_dynamic_mode() and paddle.is_grad_enabled() and not table.weight.stop_gradient and table.sparse:
+            return fused_ops().edo_packed_bag_pool(ids, table.codes, params, bounds, _entry_weights(weights),
+                                                   FORMAT_NUMBERS[table.format.name], table.embedding_dim,
+                                                   *_pooling(mode, padding_idx))
+        if paddle.in_dynamic_mode() and paddle.is_grad_enabled() and not table.weight.stop_gradient and table.sparse:
             table.check_ids(ids)
-            unique, inverse = unique_ids(flat)
+            unique, inverse = unique_ids(ids)
             rows = distinct_rows(unique, table.weight, None)
-            out = pool_rows(rows, inverse.reshape([-1]), flat, bounds, mode, padding_idx, weights)
-        else:
-            out = pool_rows(table.weight, flat, flat, bounds, mode, padding_idx, weights)
-    return out if offsets is not None else out.reshape([*ids.shape[:-1], table.embedding_dim])
+            return pool_rows(rows, inverse, ids, bounds, mode, padding_idx, weights)
+        return pool_rows(table.weight, ids, ids, bounds, mode, padding_idx, weights)
 
 
 def pool_rows(rows: paddle.Tensor, index: paddle.Tensor, ids: paddle.Tensor, bounds: paddle.Tensor, mode: str,
               padding_idx: int | None = None, weights: paddle.Tensor | None = None) -> paddle.Tensor:
     """The bag kernel: bags ``[B, D]`` of fp32 ``rows`` ``[R, D]`` read at ``index`` ``[N]`` (int64), bag b
     holding entries ``bounds[b]`` .. ``bounds[b + 1]`` (``bounds`` int64 ``[B + 1]``), an entry whose
-    ``ids[j]`` is ``padding_idx`` in no bag, each weighted by ``weights`` ``[N]`` (sum); its backward gives
+    ``ids[j]`` is ``padding_idx`` in no bag, each weighted by ``weights`` ``[N]`` (sum); padded ``index`` and
+    ``ids`` ``[..., L]`` give ``[..., D]``, ``weights`` shaped like them; its backward gives
     ``rows`` their gradient. With no gradient wanted the rows go in detached: Paddle records a custom
     operator's backward under no_grad too, which would keep the rows' gradient path alive."""
     if paddle.in_dynamic_mode() and not paddle.is_grad_enabled():
@@ -172,7 +172,7 @@ def pool_rows(rows: paddle.Tensor, index: paddle.Tensor, ids: paddle.Tensor, bou
 
 def _entry_weights(weights: paddle.Tensor | None) -> paddle.Tensor:
     if weights is not None:
-        return weights.astype("float32").reshape([-1])
+        return weights if is_float32(weights) else weights.astype("float32")
     return _no_weights() if paddle.in_dynamic_mode() else paddle.zeros([0], dtype="float32")
 
 

@@ -15,13 +15,15 @@ from ..schema import Option
 from .initialization import fill_normal
 
 ID_DTYPES = (paddle.int32, paddle.int64)
+_INT64 = int(paddle.int64)
+_ID_DTYPE_NUMBERS = frozenset(map(int, ID_DTYPES))  # compared as numbers: a dtype's == costs 1.5 us a call
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int32": 4, "int64": 8}
 
 
 def int64_ids(ids: paddle.Tensor) -> paddle.Tensor:
     """Ids as int64, as the kernels take them: int64 ids as they are (a cast would copy them)."""
-    return ids if ids.dtype == paddle.int64 else ids.astype("int64")
+    return ids if int(ids.dtype) == _INT64 else ids.astype("int64")
 
 
 @paddle.jit.not_to_static
@@ -177,8 +179,13 @@ class EmbeddingBase(paddle.nn.Layer):
             self.scan_id_range(ids)
 
     def scan_id_range(self, ids: paddle.Tensor) -> None:
-        """check_id_range of the ids' smallest and largest (one scan, one device-to-host copy)."""
-        self.check_id_range(*paddle.stack([ids.min(), ids.max()]).tolist())
+        """check_id_range of the (non-empty) ids' smallest and largest: numpy's scan of ids on the CPU (a
+        fifth of the cost of Paddle's ops at a few ids, half at 10^5), else Paddle's and one copy to the host."""
+        if ids.place.is_cpu_place():
+            values = ids.numpy()
+            self.check_id_range(int(values.min()), int(values.max()))
+        else:
+            self.check_id_range(*paddle.stack([ids.min(), ids.max()]).tolist())
 
     def kernel_checks_ids(self, ids: paddle.Tensor) -> bool:
         """Whether the lookup will refuse ids outside the table itself, before reading (a native kernel,
@@ -187,7 +194,7 @@ class EmbeddingBase(paddle.nn.Layer):
         return False
 
     def check_id_dtype(self, ids: paddle.Tensor) -> None:
-        if ids.dtype not in ID_DTYPES:
+        if int(ids.dtype) not in _ID_DTYPE_NUMBERS:
             raise EdoTypeError(f"{self.full_name()}: ids must be int32 or int64, got {dtype_name(ids.dtype)}")
 
     def check_id_range(self, low: int, high: int) -> None:

@@ -18,10 +18,11 @@ from ..kernels import fused_ops
 from .base import int64_ids
 
 
-def deduplicating(weight: paddle.Tensor, sparse: bool) -> bool:
-    """Whether a lookup into ``weight`` is worth taking through the distinct ids: a sparse gradient is
-    wanted, in dynamic graph (static programs and exports keep the plain lookup)."""
-    return sparse and paddle.in_dynamic_mode() and paddle.is_grad_enabled() and not weight.stop_gradient
+def deduplicating(table: paddle.nn.Layer) -> bool:
+    """Whether a lookup into ``table.weight`` is worth taking through the distinct ids: a sparse gradient is
+    wanted, in dynamic graph (static programs and exports keep the plain lookup). The weight is read last:
+    reaching a layer's parameter costs a microsecond, on every lookup."""
+    return table.sparse and paddle.in_dynamic_mode() and paddle.is_grad_enabled() and not table.weight.stop_gradient
 
 
 def unique_ids(ids: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 import paddle
 import paddle.nn.functional as F
 
-from ..compat import sparse_gradient
+from ..compat import dynamic_graph_under_sot, sparse_gradient
 from ..errors import EdoTypeError, EdoValueError
 from ..kernels import can_fuse, fused_ops, ids_checked_by_kernel
 from ..kernels.calibration import LookupClass, lookup_class, serve
 from ..schema import Option
-from .base import EmbeddingBase, int64_ids
+from .base import EmbeddingBase, int64_ids, known_empty
 from .dedup import deduplicated_lookup, deduplicating, distinct_rows, unique_ids
 from .registry import register_embedding
 from .signature import accepts_old_signature
@@ -52,13 +52,30 @@ class DenseEmbedding(EmbeddingBase):
 
     def deduplicates(self) -> bool:
         """Whether lookups now go through the distinct ids: sparse gradients wanted, in dynamic graph."""
-        return self.deduplicate and deduplicating(self.weight, self.sparse)
+        return self.deduplicate and deduplicating(self)
+
+    @dynamic_graph_under_sot
+    def forward(self, ids: paddle.Tensor) -> paddle.Tensor:
+        """ids [...] int32/int64 -> vectors [..., embedding_dim]: EmbeddingBase.forward, with the path chosen
+        once for the range check and the lookup (a dynamic-graph call costs microseconds per choice)."""
+        self.check_id_dtype(ids)
+        if known_empty(ids):
+            return self.empty_lookup(ids)
+        return self._lookup(ids, scan=self.range_check and paddle.in_dynamic_mode())
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
+        return self._lookup(ids, scan=False)
+
+    def _lookup(self, ids: paddle.Tensor, scan: bool) -> paddle.Tensor:
+        """The lookup, after a scan of the ids' range (``scan``) where its path does not check them itself."""
         if self.deduplicates():
+            if scan:
+                self.scan_id_range(ids)
             return deduplicated_lookup(ids, self.weight, self.padding_idx)
         if self._gather_may_serve(ids):
             return serve(self._lookup_class(ids), lambda: self._native_gather(ids), lambda: self._scanned_gather(ids))
+        if scan:
+            self.scan_id_range(ids)
         return self._composite(ids)
 
     def _composite(self, ids: paddle.Tensor) -> paddle.Tensor:

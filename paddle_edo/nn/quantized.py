@@ -7,7 +7,7 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from ..compat import sparse_gradient
+from ..compat import dynamic_graph_under_sot, sparse_gradient
 from ..errors import EdoRuntimeError, EdoValueError
 from ..kernels import fused_ops, ids_checked_by_kernel, kernels_serve
 from ..kernels.calibration import LookupClass, lookup_class, serve
@@ -18,7 +18,7 @@ from ..quant.row_records import encode_nearest
 from ..quant.formats import FORMAT_NUMBERS, FORMATS, QuantFormat, get_format
 from ..runtime import release_freed_memory
 from ..schema import ConfigError, Option
-from .base import EmbeddingBase, int64_ids, table_settings
+from .base import EmbeddingBase, int64_ids, known_empty, table_settings
 from .dedup import deduplicating, distinct_rows, summed_by_id, unique_ids
 from .registry import register_embedding
 from .shards import place_of, share_being_built
@@ -223,9 +223,13 @@ class QuantizedEmbedding(EmbeddingBase):
         codecs.round_to_float rounds): by the fused CPU kernel where it may serve (the same values, bit for
         bit), else by Paddle's composite ops."""
         if kernels_serve(ids, self.codes):
-            return serve(self._decode_class(ids, dtype), lambda: self._native_decode(ids, dtype),
-                         lambda: self._scanned_decode(ids, dtype))
+            return self._served_decode(ids, dtype)
         return self._composite_decode(ids, dtype)
+
+    def _served_decode(self, ids: paddle.Tensor, dtype: str) -> paddle.Tensor:
+        """decode_rows by the faster path of its class: the kernel, or the composite decode after a scan."""
+        return serve(self._decode_class(ids, dtype), lambda: self._native_decode(ids, dtype),
+                     lambda: self._scanned_decode(ids, dtype))
 
     def _native_decode(self, ids: paddle.Tensor, dtype: str) -> paddle.Tensor:
         """kernels/quantized.cc's gather-decode: it refuses ids outside the table before reading a row."""
@@ -250,6 +254,20 @@ class QuantizedEmbedding(EmbeddingBase):
     def _decode_class(self, ids: paddle.Tensor, dtype: str) -> LookupClass:
         return lookup_class("decode", f"{self.format.name} -> {dtype}", self.embedding_dim, self.estimated_bytes(),
                             ids)
+
+    @dynamic_graph_under_sot
+    def forward(self, ids: paddle.Tensor) -> paddle.Tensor:
+        """ids [...] int32/int64 -> vectors [..., embedding_dim] in ``output_dtype``: EmbeddingBase.forward,
+        with a packed lookup's path chosen once for the range check and the decode (a dynamic-graph call
+        costs microseconds per choice)."""
+        self.check_id_dtype(ids)
+        if known_empty(ids):
+            return self.empty_lookup(ids)
+        if self.packed and not (self.mode == "low_precision" and self.training) and kernels_serve(ids, self.codes):
+            return self._served_decode(ids, self.output_dtype)  # as lookup() would; its paths check the ids
+        if self.range_check and paddle.in_dynamic_mode():
+            self.scan_id_range(ids)
+        return self.lookup(ids)
 
     def lookup(self, ids: paddle.Tensor) -> paddle.Tensor:
         if not self.packed:
@@ -294,7 +312,7 @@ class QuantizedEmbedding(EmbeddingBase):
     def deduplicates(self) -> bool:
         """Whether lookups now go through the distinct ids: an fp32 master table training with sparse
         gradients, in dynamic graph."""
-        return not self.packed and self.deduplicate and deduplicating(self.weight, self.sparse)
+        return not self.packed and self.deduplicate and deduplicating(self)
 
     def _master_rows(self, rows: paddle.Tensor) -> paddle.Tensor:
         """Rows of the fp32 master table as training sees them: fake-quantized in QAT (by the fused CPU

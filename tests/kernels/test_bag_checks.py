@@ -36,3 +36,31 @@ def test_good_bags_pass_both_scans():
     ids = np.arange(100_000) % 50
     out, _ = pool(50, ids, np.arange(100_001))
     assert out.shape == [100_000, 8]
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_padded_ids_give_their_bags_shape_the_same_values(packed):
+    """Ids [2, 3, L] pool into [2, 3, D] in the kernel itself, the values of the same ids passed flat."""
+    rng = np.random.default_rng(0)
+    table = paddle.to_tensor(rng.normal(size=(50, 8)).astype(np.float32))
+    ids = rng.integers(0, 50, (2, 3, 4)).astype(np.int64)
+    bounds = paddle.to_tensor(np.arange(0, ids.size + 1, 4, dtype=np.int64))
+    no_weights = paddle.zeros([0], dtype="float32")
+
+    def bags(given):
+        given = paddle.to_tensor(given)
+        if packed:
+            return fused_ops().edo_packed_bag_pool(given, table.astype("float16"), table, bounds, no_weights, 0, 8, 0,
+                                                   False, 0)
+        return fused_ops().edo_bag_pool(table, given, given, bounds, no_weights, 0, False, 0)[0]
+
+    shaped, flat = bags(ids), bags(ids.reshape(-1))
+    assert shaped.shape == [2, 3, 8] and flat.shape == [6, 8]
+    np.testing.assert_array_equal(shaped.numpy().reshape(6, 8), flat.numpy())
+
+
+def test_padded_ids_whose_rows_are_not_the_bags_are_refused():
+    ids = paddle.to_tensor(np.zeros((3, 4), np.int64))
+    with pytest.raises(OSError, match=r"padded ids \[\.\.\., L\] must make one bag of L a row"):
+        fused_ops().edo_bag_pool(paddle.zeros([5, 8]), ids, ids, paddle.to_tensor(np.array([0, 6, 12], np.int64)),
+                                 paddle.zeros([0], dtype="float32"), 0, False, 0)

@@ -225,7 +225,20 @@ def test_forget_drops_this_machines_records_only(timings):
     assert calibration.forget() == 1
     assert calibration.records() == {}
     assert json.loads(path.read_text()) == {"another processor": {"elsewhere": {
-        "path": "fused", "fused_ms": 1.0, "composite_ms": 1.5}}, calibration.machine(): {}}
+        "path": "fused", "fused_ms": 1.0, "composite_ms": 1.5}}}
+
+
+def test_every_thread_count_of_this_processor_is_listed_and_forgotten(timings):
+    path, _ = timings
+    here = calibration.machine().rsplit("; ", 1)[0]
+    elsewhere = "another processor; avx2 kernels; 2 threads"
+    for key, machine in (("a", f"{here}; 1 threads"), ("b", f"{here}; 3 threads"), ("c", f"{here}; 3 threads"),
+                         ("d", elsewhere)):
+        _record(path, key, "fused", machine=machine)
+    assert {machine: set(mine) for machine, mine in calibration.timed_here().items()} == {
+        f"{here}; 1 threads": {"a"}, f"{here}; 3 threads": {"b", "c"}}
+    assert calibration.forget() == 3
+    assert list(json.loads(path.read_text())) == [elsewhere]
 
 
 def test_with_paths_fused_the_kernels_serve_untimed(timings, monkeypatch):
@@ -264,5 +277,5 @@ def test_a_program_traced_to_take_the_kernels_takes_them_untimed(timings, tmp_pa
 def test_the_module_lists_the_timed_classes():
     listed = subprocess.run([sys.executable, "-m", "paddle_edo.kernels"], capture_output=True, text=True,
                             check=True).stdout
-    assert f"native kernels: ready ({kernel_isa()} path); {processor_name()}; {kernel_isa()} kernels; " in listed
-    assert "timed classes of lookup" in listed  # (the threads are the new process's own)
+    assert f"native kernels: ready ({kernel_isa()} path); {processor_name()}; {kernel_isa()} kernels\n" in listed
+    assert "timed classes of lookup" in listed
