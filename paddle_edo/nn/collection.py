@@ -171,10 +171,9 @@ class EmbeddingCollection(paddle.nn.Layer):
         offsets = self._by_table(offsets, "offsets") if offsets is not None else [None] * len(self.names)
         batch = self._batch_size(ids, offsets)
         outputs: list[paddle.Tensor | None] = [None] * len(self.names)
-        served = set(self.fused_tables())
-        fused = [i for i, key in enumerate(self.names) if key in served] if self._kernels_serve(ids, served) else []
+        fused, weights = self._served_by_kernels(ids)
         if fused and batch != 0:
-            flat = self._fused_lookup([self.names[i] for i in fused], [ids[i] for i in fused],
+            flat = self._fused_lookup([self.names[i] for i in fused], weights, [ids[i] for i in fused],
                                       [offsets[i] for i in fused], batch)
             if concat and len(fused) == len(self.names):
                 return flat
@@ -257,24 +256,28 @@ class EmbeddingCollection(paddle.nn.Layer):
                              owner=f"{self.full_name()} table '{key}'")
 
     @paddle.jit.not_to_static
-    def _kernels_serve(self, ids: list[paddle.Tensor], fused: set[str]) -> bool:
-        """Whether the batched kernels may serve: dynamic graph on the CPU with the extension at hand; in
-        training only with a bound optimizer (else the tables' own lookups give Paddle its gradients)."""
+    def _served_by_kernels(self, ids: list[paddle.Tensor]) -> tuple[list[int], list[paddle.Tensor]]:
+        """The indices of the tables the batched kernels serve now, and their weights (each weight read once:
+        reaching a layer's parameter costs a microsecond, a table): the fused tables, in dynamic graph on the
+        CPU with the extension at hand; in training only with a bound optimizer (else the tables' own lookups
+        give Paddle its gradients)."""
         if not paddle.in_dynamic_mode() or fused_ops() is None:
-            return False
-        if not all(t.place.is_cpu_place() for t in ids):
-            return False
-        if not fused or not all(self[key].weight.place.is_cpu_place() for key in fused):
-            return False
-        training = paddle.is_grad_enabled() and not all(self[key].weight.stop_gradient for key in fused)
-        return not training or (self.optimizer is not None and set(fused) == set(self.trained_tables()))
+            return [], []
+        tables = [self[key] for key in self.names]
+        fused = [i for i, table in enumerate(tables) if fused_layer(table)]
+        weights = [tables[i].weight for i in fused]
+        if not fused or not all(t.place.is_cpu_place() for t in ids + weights):
+            return [], []
+        if paddle.is_grad_enabled() and not all(w.stop_gradient for w in weights):
+            if self.optimizer is None or {self.names[i] for i in fused} != set(self.trained_tables()):
+                return [], []
+        return fused, weights
 
-    def _fused_lookup(self, keys: list[str], ids: list[paddle.Tensor], offsets: list[paddle.Tensor | None],
-                      batch: int) -> paddle.Tensor:
-        plan = _Plan(self, keys, ids, offsets, batch)
-        trains = paddle.is_grad_enabled() and not all(self[key].weight.stop_gradient for key in keys)
+    def _fused_lookup(self, keys: list[str], weights: list[paddle.Tensor], ids: list[paddle.Tensor],
+                      offsets: list[paddle.Tensor | None], batch: int) -> paddle.Tensor:
+        plan = _Plan(self, keys, weights, ids, offsets, batch)
         with _ids_named(self, keys):
-            if not trains:
+            if not paddle.is_grad_enabled() or all(w.stop_gradient for w in weights):
                 return plan.lookup()
             anchor = paddle.zeros([1], dtype="float32")
             anchor.stop_gradient = False
@@ -284,12 +287,12 @@ class EmbeddingCollection(paddle.nn.Layer):
 class _Plan:
     """One batched call's arguments: the fused tables' weights, flat ids, bag bounds and modes."""
 
-    def __init__(self, collection: EmbeddingCollection, keys: list[str], ids: list[paddle.Tensor],
-                 offsets: list[paddle.Tensor | None], batch: int) -> None:
+    def __init__(self, collection: EmbeddingCollection, keys: list[str], weights: list[paddle.Tensor],
+                 ids: list[paddle.Tensor], offsets: list[paddle.Tensor | None], batch: int) -> None:
         self.collection = collection
         self.keys = keys
         self.batch = int(batch)
-        self.weights = [collection[key].weight for key in keys]
+        self.weights = weights
         self.ids, self.bounds, self.lengths, self.modes, self.paddings = [], [], [], [], []
         for key, table_ids, table_offsets in zip(keys, ids, offsets):
             flat = int64_ids(table_ids)
@@ -317,7 +320,7 @@ class _Plan:
                                                      self.range_iterations)
 
     def update(self, grad: paddle.Tensor) -> paddle.Tensor:
-        # every fused table, in the states' order (_kernels_serve)
+        # every fused table, in the states' order (_served_by_kernels)
         return self.collection._states.update(self.weights, self.ids, self.bounds, grad, self.lengths, self.modes,
                                               self.paddings, self.batch)
 
