@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from . import fused_ops, kernel_isa
-from .calibration import forget, machine, records_file, timed_here
+from .calibration import forget, processor, records_file, timed_here
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     if fused_ops() is None:
         print("native kernels: unavailable (composite ops and numpy serve)")
         return 0
-    print(f"native kernels: ready ({kernel_isa()} path); {machine().rsplit('; ', 1)[0]}")
+    print(f"native kernels: ready ({kernel_isa()} path); {processor()}")
     if args.recalibrate:
         print(f"forgot {forget()} timed classes of lookup ({records_file()})")
         return 0

@@ -99,8 +99,13 @@ def machine() -> str:
     threads = c_function("edo_openmp_threads")
     count = threads() if threads else 1
     if count not in _machines:
-        _machines[count] = f"{processor_name()}; {kernel_isa()} kernels; {count} threads"
+        _machines[count] = f"{processor()}; {count} threads"
     return _machines[count]
+
+
+def processor() -> str:
+    """The processor and the kernels' instruction set: machine() at any thread count."""
+    return f"{processor_name()}; {kernel_isa()} kernels"
 
 
 def records_file() -> Path | None:
@@ -227,4 +232,4 @@ def timed_here() -> dict[str, dict[str, dict]]:
 
 def _same_processor(machine_key: str) -> bool:
     """Whether a records' machine key names this processor and kernel instruction set (at any thread count)."""
-    return machine_key.rsplit("; ", 1)[0] == machine().rsplit("; ", 1)[0]
+    return machine_key.rsplit("; ", 1)[0] == processor()
